@@ -1,0 +1,99 @@
+// Package cli is holdfast's command line as a library: Run takes the
+// arguments and the standard streams, and returns an error instead of
+// exiting, so tests drive it with buffers against an in-process server.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// Stdio is the set of streams and environment a command sees.
+type Stdio struct {
+	In  io.Reader
+	Out io.Writer
+	Err io.Writer
+	// Getenv reads an environment variable; nil means none are set.
+	Getenv func(string) string
+}
+
+func (s Stdio) getenv(k string) string {
+	if s.Getenv == nil {
+		return ""
+	}
+	return s.Getenv(k)
+}
+
+// ExitError carries a process exit code. Its message has already been
+// printed to Err when Silent is true.
+type ExitError struct {
+	Code   int
+	Msg    string
+	Silent bool
+}
+
+func (e *ExitError) Error() string { return e.Msg }
+
+// ExitCode maps an error returned by Run to a process exit status.
+func ExitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	return 1
+}
+
+type command struct {
+	synopsis string
+	run      func(ctx context.Context, io Stdio, args []string) error
+}
+
+// commands is the dispatch table; each command group lives in its own file.
+var commands = map[string]command{
+	"agent": {"Run a holdfast agent (server)", runAgent},
+}
+
+// Run executes the command named by args[0] (args excludes the program name).
+func Run(ctx context.Context, args []string, stdio Stdio) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+		usage(stdio.Err)
+		if len(args) == 0 {
+			return &ExitError{Code: 1, Msg: "no command given", Silent: true}
+		}
+		return nil
+	}
+	if args[0] == "version" || args[0] == "-version" || args[0] == "--version" {
+		fmt.Fprintf(stdio.Out, "holdfast %s\n", Version)
+		return nil
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		usage(stdio.Err)
+		return &ExitError{Code: 1, Msg: fmt.Sprintf("unknown command %q", args[0])}
+	}
+	return c.run(ctx, stdio, args[1:])
+}
+
+// Version is the build's version string.
+var Version = "0.1.0-dev"
+
+func usage(w io.Writer) {
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("Usage: holdfast <command> [args]\n\nCommands:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "    %-10s %s\n", n, commands[n].synopsis)
+	}
+	io.WriteString(w, b.String())
+}
