@@ -116,3 +116,23 @@ type HealthCheck struct {
 	CreateIndex uint64
 	ModifyIndex uint64
 }
+
+// ServiceQuery is the service part of a prepared query.
+type ServiceQuery struct {
+	Service     string
+	OnlyPassing bool
+	Tags        []string `json:",omitempty"`
+	Near        string   `json:",omitempty"`
+}
+
+// PreparedQuery is a stored query. A query with a Session is deleted in the
+// same step that invalidates that session.
+type PreparedQuery struct {
+	ID          string
+	Name        string
+	Session     string
+	Token       string
+	Service     ServiceQuery
+	CreateIndex uint64
+	ModifyIndex uint64
+}

@@ -1,0 +1,195 @@
+// Package fsm is the glue between hashicorp/raft and the state store: a
+// versioned command envelope, the dispatch of committed commands to state
+// methods, and snapshot/restore.
+//
+// A command is: one version byte, one type byte, the leader-stamped time as
+// eight bytes of big-endian Unix nanoseconds, then the JSON body. Apply
+// reads no clock and no randomness; a command it does not know panics rather
+// than let replicas diverge.
+package fsm
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/internal/state"
+)
+
+// Version is the envelope version this code writes and reads.
+const Version = 1
+
+// Type says what a command's body is.
+type Type uint8
+
+// Command types. Values are part of the log format: never renumber.
+const (
+	TypeKVS            Type = 1 // state.KVRequest
+	TypeSessionCreate  Type = 2 // state.Session
+	TypeSessionDestroy Type = 3 // SessionDestroy
+	TypeRegister       Type = 4 // state.RegisterRequest
+	TypeDeregister     Type = 5 // state.DeregisterRequest
+	TypeTxn            Type = 6 // []*state.TxnOp
+	TypeReap           Type = 7 // Reap
+	TypeQuerySet       Type = 8 // state.PreparedQuery
+	TypeQueryDelete    Type = 9 // QueryDelete
+)
+
+// SessionDestroy is the body of TypeSessionDestroy.
+type SessionDestroy struct{ ID string }
+
+// Reap is the body of TypeReap.
+type Reap struct{ TombstonesUpTo uint64 }
+
+// QueryDelete is the body of TypeQueryDelete.
+type QueryDelete struct{ ID string }
+
+const headerLen = 10
+
+// Encode builds a command.
+func Encode(t Type, now time.Time, body interface{}) ([]byte, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("fsm: encoding command: %w", err)
+	}
+	out := make([]byte, headerLen, headerLen+len(b))
+	out[0] = Version
+	out[1] = byte(t)
+	binary.BigEndian.PutUint64(out[2:], uint64(now.UnixNano()))
+	return append(out, b...), nil
+}
+
+// Result is what Apply returns for a command (raft hands it to the
+// proposer's future). Err is a request error from the state store.
+type Result struct {
+	OK        bool
+	Err       error
+	TxnResult []*state.TxnResult
+	TxnErrors []*state.TxnError
+}
+
+// FSM implements raft.FSM over a state.Store. Apply, Snapshot and Restore
+// are called by raft from one goroutine; State may be called from any.
+type FSM struct {
+	store atomic.Pointer[state.Store]
+}
+
+// New returns an FSM over an empty store.
+func New() *FSM {
+	f := &FSM{}
+	f.store.Store(state.New())
+	return f
+}
+
+// State returns the current store. After a Restore a new store is returned
+// and the old one's AbandonCh is closed.
+func (f *FSM) State() *state.Store { return f.store.Load() }
+
+func decode(data []byte, v interface{}) {
+	if err := json.Unmarshal(data, v); err != nil {
+		panic(fmt.Sprintf("fsm: undecodable command body: %v", err))
+	}
+}
+
+// Apply applies one committed log entry.
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	data := l.Data
+	if len(data) < headerLen || data[0] != Version {
+		panic(fmt.Sprintf("fsm: log entry %d has an unknown envelope", l.Index))
+	}
+	t := Type(data[1])
+	now := time.Unix(0, int64(binary.BigEndian.Uint64(data[2:headerLen])))
+	body := data[headerLen:]
+	return Dispatch(f.State(), l.Index, now, t, body)
+}
+
+// Dispatch applies one decoded command to s. It is exported for tests that
+// drive a store without raft.
+func Dispatch(s *state.Store, idx uint64, now time.Time, t Type, body []byte) *Result {
+	switch t {
+	case TypeKVS:
+		var req state.KVRequest
+		decode(body, &req)
+		ok, err := s.KVS(idx, now, &req)
+		return &Result{OK: ok, Err: err}
+	case TypeSessionCreate:
+		var sess state.Session
+		decode(body, &sess)
+		err := s.SessionCreate(idx, &sess)
+		return &Result{OK: err == nil, Err: err}
+	case TypeSessionDestroy:
+		var req SessionDestroy
+		decode(body, &req)
+		err := s.SessionDestroy(idx, now, req.ID)
+		return &Result{OK: err == nil, Err: err}
+	case TypeRegister:
+		var req state.RegisterRequest
+		decode(body, &req)
+		err := s.Register(idx, now, &req)
+		return &Result{OK: err == nil, Err: err}
+	case TypeDeregister:
+		var req state.DeregisterRequest
+		decode(body, &req)
+		err := s.Deregister(idx, now, &req)
+		return &Result{OK: err == nil, Err: err}
+	case TypeTxn:
+		var ops []*state.TxnOp
+		decode(body, &ops)
+		res, errs := s.Txn(idx, now, ops)
+		return &Result{OK: len(errs) == 0, TxnResult: res, TxnErrors: errs}
+	case TypeReap:
+		var req Reap
+		decode(body, &req)
+		s.Reap(idx, now, req.TombstonesUpTo)
+		return &Result{OK: true}
+	case TypeQuerySet:
+		var q state.PreparedQuery
+		decode(body, &q)
+		err := s.QuerySet(idx, &q)
+		return &Result{OK: err == nil, Err: err}
+	case TypeQueryDelete:
+		var req QueryDelete
+		decode(body, &req)
+		err := s.QueryDelete(idx, req.ID)
+		return &Result{OK: err == nil, Err: err}
+	}
+	panic(fmt.Sprintf("fsm: unknown command type %d at index %d", t, idx))
+}
+
+// Snapshot captures the state for raft; Persist runs later, concurrently
+// with further Applies, on the immutable copy.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	return &snapshot{sn: f.State().Snapshot()}, nil
+}
+
+// Restore replaces the state with the snapshot's.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	s, err := state.Restore(rc)
+	if err != nil {
+		return err
+	}
+	old := f.store.Swap(s)
+	old.Abandon()
+	return nil
+}
+
+type snapshot struct{ sn *state.Snapshot }
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.sn.Persist(sink); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) Release() {}

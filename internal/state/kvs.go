@@ -1,0 +1,338 @@
+package state
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/holdfast/holdfast/internal/watch"
+)
+
+// KVOp names a KV operation; the names are Consul's transaction verbs.
+type KVOp string
+
+// KV operations. OpCheckLock is holdfast's fencing check: it passes only if
+// the key is held by Entry.Session with exactly Entry.LockIndex.
+const (
+	OpSet            KVOp = "set"
+	OpCAS            KVOp = "cas"
+	OpLock           KVOp = "lock"
+	OpUnlock         KVOp = "unlock"
+	OpGet            KVOp = "get"
+	OpGetTree        KVOp = "get-tree"
+	OpCheckIndex     KVOp = "check-index"
+	OpCheckSession   KVOp = "check-session"
+	OpCheckNotExists KVOp = "check-not-exists"
+	OpCheckLock      KVOp = "check-lock"
+	OpDelete         KVOp = "delete"
+	OpDeleteTree     KVOp = "delete-tree"
+	OpDeleteCAS      KVOp = "delete-cas"
+)
+
+// KVRequest is one KV operation. For OpCAS and OpDeleteCAS, Entry.ModifyIndex
+// is the expected index; for OpUnlock a non-zero Entry.LockIndex makes the
+// release conditional on that exact acquisition (a fenced release).
+type KVRequest struct {
+	Op    KVOp
+	Entry DirEntry
+}
+
+// KVS applies one KV write. It returns whether the operation took effect
+// (false: CAS mismatch, lock held by another, lock-delay, release by a
+// non-holder). Errors mean the request itself was bad: ErrMissingKey,
+// ErrMissingSession, ErrInvalidSession, ErrInvalidRequest.
+func (s *Store) KVS(idx uint64, now time.Time, req *KVRequest) (bool, error) {
+	tx := s.write(idx, now)
+	defer tx.Abort()
+	ok, err := tx.kvs(req)
+	if err != nil {
+		return false, err
+	}
+	tx.Commit()
+	return ok, nil
+}
+
+func (tx *wtx) kvs(req *KVRequest) (bool, error) {
+	e := req.Entry
+	if e.Key == "" && req.Op != OpDeleteTree {
+		return false, ErrMissingKey
+	}
+	switch req.Op {
+	case OpSet:
+		tx.kvSet(&e, false)
+		return true, nil
+	case OpCAS:
+		return tx.kvCAS(&e), nil
+	case OpLock:
+		return tx.kvLock(&e)
+	case OpUnlock:
+		return tx.kvUnlock(&e)
+	case OpDelete:
+		tx.kvDelete(e.Key)
+		return true, nil
+	case OpDeleteCAS:
+		return tx.kvDeleteCAS(e.Key, e.ModifyIndex), nil
+	case OpDeleteTree:
+		tx.kvDeleteTree(e.Key)
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: unknown KV write %q", ErrInvalidRequest, req.Op)
+}
+
+func (tx *wtx) kvGet(key string) *DirEntry {
+	raw, err := tx.First(tabKVs, "id", key)
+	must(err)
+	if raw == nil {
+		return nil
+	}
+	return raw.(*DirEntry)
+}
+
+// kvSet writes e. Unless lockOp, the key's Session and LockIndex are kept
+// from the existing entry: a plain write never takes or drops a lock, and,
+// unlike Consul, never resets the LockIndex (so a sequencer is never reused).
+// A write that changes nothing is skipped, so it wakes no watcher.
+func (tx *wtx) kvSet(e *DirEntry, lockOp bool) {
+	ent := *e
+	ent.Value = append([]byte(nil), e.Value...)
+	ent.ModifyIndex = tx.idx
+	ent.CreateIndex = tx.idx
+	if old := tx.kvGet(e.Key); old != nil {
+		ent.CreateIndex = old.CreateIndex
+		if !lockOp {
+			ent.Session = old.Session
+			ent.LockIndex = old.LockIndex
+		}
+		if old.Flags == ent.Flags && old.Session == ent.Session &&
+			old.LockIndex == ent.LockIndex && bytes.Equal(old.Value, ent.Value) {
+			return
+		}
+	}
+	must(tx.Insert(tabKVs, &ent))
+	tx.bump(tabKVs)
+}
+
+func (tx *wtx) kvCAS(e *DirEntry) bool {
+	old := tx.kvGet(e.Key)
+	if e.ModifyIndex == 0 && old != nil {
+		return false
+	}
+	if e.ModifyIndex != 0 && (old == nil || old.ModifyIndex != e.ModifyIndex) {
+		return false
+	}
+	tx.kvSet(e, false)
+	return true
+}
+
+func (tx *wtx) sessionExists(id string) bool {
+	raw, err := tx.First(tabSessions, "id", id)
+	must(err)
+	return raw != nil
+}
+
+// kvLock acquires e.Key for e.Session. The holder may re-acquire to update
+// the value without moving the LockIndex.
+func (tx *wtx) kvLock(e *DirEntry) (bool, error) {
+	if e.Session == "" {
+		return false, ErrMissingSession
+	}
+	if !tx.sessionExists(e.Session) {
+		return false, fmt.Errorf("%w %q", ErrInvalidSession, e.Session)
+	}
+	if until := tx.lockDelay(e.Key); tx.now.UnixNano() < until {
+		return false, nil
+	}
+	ent := *e
+	old := tx.kvGet(e.Key)
+	switch {
+	case old == nil:
+		ent.LockIndex = 1
+	case old.Session == e.Session:
+		ent.LockIndex = old.LockIndex
+	case old.Session != "":
+		return false, nil
+	default:
+		ent.LockIndex = old.LockIndex + 1
+	}
+	tx.kvSet(&ent, true)
+	return true, nil
+}
+
+// kvUnlock releases e.Key if e.Session holds it (and, when e.LockIndex is
+// set, holds it at that LockIndex). Value and Flags are replaced, as in
+// Consul; LockIndex is kept.
+func (tx *wtx) kvUnlock(e *DirEntry) (bool, error) {
+	if e.Session == "" {
+		return false, ErrMissingSession
+	}
+	old := tx.kvGet(e.Key)
+	if old == nil || old.Session != e.Session {
+		return false, nil
+	}
+	if e.LockIndex != 0 && e.LockIndex != old.LockIndex {
+		return false, nil
+	}
+	ent := *e
+	ent.Session = ""
+	ent.LockIndex = old.LockIndex
+	tx.kvSet(&ent, true)
+	return true, nil
+}
+
+func (tx *wtx) kvDelete(key string) {
+	old := tx.kvGet(key)
+	if old == nil {
+		return
+	}
+	must(tx.Delete(tabKVs, old))
+	must(tx.Insert(tabTombstones, &tombstone{Key: key, Index: tx.idx}))
+	tx.bump(tabKVs)
+}
+
+func (tx *wtx) kvDeleteCAS(key string, cas uint64) bool {
+	old := tx.kvGet(key)
+	if old == nil {
+		return true // Consul answers true for an absent key
+	}
+	if old.ModifyIndex != cas {
+		return false
+	}
+	tx.kvDelete(key)
+	return true
+}
+
+func (tx *wtx) kvDeleteTree(prefix string) {
+	n, err := tx.DeletePrefix(tabKVs, "id_prefix", prefix)
+	must(err)
+	if !n {
+		return
+	}
+	if prefix != "" {
+		must(tx.Insert(tabTombstones, &tombstone{Key: prefix, Index: tx.idx}))
+	}
+	tx.bump(tabKVs)
+}
+
+func (tx *wtx) lockDelay(key string) int64 {
+	raw, err := tx.First(tabDelays, "id", key)
+	must(err)
+	if raw == nil {
+		return 0
+	}
+	return raw.(*lockDelay).Until
+}
+
+// setLockDelay makes key unacquirable until now+d (keeping a later deadline
+// if one is already set). d is clamped to MaxLockDelay.
+func (tx *wtx) setLockDelay(key string, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if d > MaxLockDelay {
+		d = MaxLockDelay
+	}
+	until := tx.now.Add(d).UnixNano()
+	if until <= tx.lockDelay(key) {
+		return
+	}
+	must(tx.Insert(tabDelays, &lockDelay{Key: key, Until: until}))
+}
+
+// ---- reads ----
+
+// KVGet returns the entry at key (nil if absent) and the index to report:
+// the key's ModifyIndex, or the KV table's index when it is absent.
+func (s *Store) KVGet(ws watch.Set, key string) (uint64, *DirEntry) {
+	tx := s.read(ws)
+	ch, raw, err := tx.FirstWatch(tabKVs, "id", key)
+	must(err)
+	ws.Add(ch)
+	if raw == nil {
+		return tableIndex(tx, tabKVs), nil
+	}
+	e := raw.(*DirEntry)
+	return e.ModifyIndex, e
+}
+
+// KVList returns the entries under prefix in key order, and the index to
+// report: the highest ModifyIndex among them and the tombstones under the
+// prefix, or the table index when that is zero. Returned entries are shared
+// with the store and must not be modified.
+func (s *Store) KVList(ws watch.Set, prefix string) (uint64, []*DirEntry) {
+	tx := s.read(ws)
+	it, err := tx.Get(tabKVs, "id_prefix", prefix)
+	must(err)
+	ws.Add(it.WatchCh())
+	var out []*DirEntry
+	var max uint64
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		e := raw.(*DirEntry)
+		out = append(out, e)
+		max = maxU(max, e.ModifyIndex)
+	}
+	return s.prefixIndex(tx, prefix, max), out
+}
+
+func (s *Store) prefixIndex(tx *memdb.Txn, prefix string, max uint64) uint64 {
+	if prefix == "" {
+		return tableIndex(tx, tabKVs)
+	}
+	it, err := tx.Get(tabTombstones, "id_prefix", prefix)
+	must(err)
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		max = maxU(max, raw.(*tombstone).Index)
+	}
+	if max == 0 {
+		return tableIndex(tx, tabKVs)
+	}
+	return max
+}
+
+// KVKeys lists the keys under prefix. With a separator, keys are cut after
+// the first separator that follows the prefix and duplicates are folded,
+// like a directory listing.
+func (s *Store) KVKeys(ws watch.Set, prefix, sep string) (uint64, []string) {
+	tx := s.read(ws)
+	it, err := tx.Get(tabKVs, "id_prefix", prefix)
+	must(err)
+	ws.Add(it.WatchCh())
+	var out []string
+	var max uint64
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		e := raw.(*DirEntry)
+		max = maxU(max, e.ModifyIndex)
+		k := e.Key
+		if sep != "" {
+			if i := strings.Index(k[len(prefix):], sep); i >= 0 {
+				k = k[:len(prefix)+i+len(sep)]
+			}
+		}
+		if n := len(out); n > 0 && out[n-1] == k {
+			continue
+		}
+		out = append(out, k)
+	}
+	return s.prefixIndex(tx, prefix, max), out
+}
+
+// KVLockDelay returns when the lock-delay on key ends (the zero time if
+// there is none). The leader checks it before proposing an acquire.
+func (s *Store) KVLockDelay(key string) time.Time {
+	raw, err := s.db.Txn(false).First(tabDelays, "id", key)
+	must(err)
+	if raw == nil {
+		return time.Time{}
+	}
+	return time.Unix(0, raw.(*lockDelay).Until)
+}
+
+
+func maxU(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,99 @@
+package state
+
+import "github.com/hashicorp/go-memdb"
+
+// Table names; also the keys of the per-table index in tableIndex.
+const (
+	tabIndex      = "index"
+	tabKVs        = "kvs"
+	tabTombstones = "tombstones"
+	tabDelays     = "lock_delays"
+	tabSessions   = "sessions"
+	tabSessChecks = "session_checks"
+	tabNodes      = "nodes"
+	tabServices   = "services"
+	tabChecks     = "checks"
+	tabQueries    = "prepared_queries"
+)
+
+// indexEntry records the last raft index that changed a table.
+type indexEntry struct {
+	Key   string
+	Value uint64
+}
+
+// tombstone remembers a deleted key (or deleted prefix) so that a prefix
+// listing's index still moves forward when its last key goes away.
+type tombstone struct {
+	Key   string
+	Index uint64
+}
+
+// lockDelay is the replicated lock-delay of one key: no acquire of Key
+// succeeds before Until.
+type lockDelay struct {
+	Key   string
+	Until int64 // unix nanoseconds, from the leader-stamped command time
+}
+
+// sessionCheck binds a session to one check on its node.
+type sessionCheck struct {
+	Node    string
+	CheckID string
+	Session string
+}
+
+func str(field string) memdb.Indexer { return &memdb.StringFieldIndex{Field: field} }
+
+func compound(fields ...string) memdb.Indexer {
+	ix := make([]memdb.Indexer, len(fields))
+	for i, f := range fields {
+		ix[i] = str(f)
+	}
+	return &memdb.CompoundIndex{Indexes: ix}
+}
+
+func idIndex(ix memdb.Indexer) *memdb.IndexSchema {
+	return &memdb.IndexSchema{Name: "id", Unique: true, Indexer: ix}
+}
+
+func optIndex(name string, ix memdb.Indexer) *memdb.IndexSchema {
+	return &memdb.IndexSchema{Name: name, AllowMissing: true, Indexer: ix}
+}
+
+func schema() *memdb.DBSchema {
+	t := func(name string, ixs ...*memdb.IndexSchema) *memdb.TableSchema {
+		m := make(map[string]*memdb.IndexSchema, len(ixs))
+		for _, ix := range ixs {
+			m[ix.Name] = ix
+		}
+		return &memdb.TableSchema{Name: name, Indexes: m}
+	}
+	tables := []*memdb.TableSchema{
+		t(tabIndex, idIndex(str("Key"))),
+		t(tabKVs, idIndex(str("Key")), optIndex("session", str("Session"))),
+		t(tabTombstones, idIndex(str("Key"))),
+		t(tabDelays, idIndex(str("Key"))),
+		t(tabSessions, idIndex(str("ID")), optIndex("node", str("Node"))),
+		t(tabSessChecks, idIndex(compound("Node", "CheckID", "Session")),
+			optIndex("node_check", compound("Node", "CheckID")),
+			optIndex("session", str("Session"))),
+		t(tabNodes, idIndex(str("Node"))),
+		t(tabServices, idIndex(compound("Node", "ID")),
+			optIndex("node", str("Node")),
+			optIndex("service", &memdb.StringFieldIndex{Field: "Service", Lowercase: true})),
+		t(tabChecks, idIndex(compound("Node", "CheckID")),
+			optIndex("node", str("Node")),
+			optIndex("node_service", compound("Node", "ServiceID")),
+			optIndex("status", str("Status")),
+			optIndex("service", &memdb.StringFieldIndex{Field: "ServiceName", Lowercase: true})),
+		t(tabQueries, idIndex(str("ID")),
+			optIndex("name", &memdb.StringFieldIndex{Field: "Name", Lowercase: true}),
+			optIndex("session", str("Session"))),
+	}
+	s := &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{}}
+	for _, tb := range tables {
+		s.Tables[tb.Name] = tb
+	}
+	return s
+}

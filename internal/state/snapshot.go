@@ -1,0 +1,147 @@
+package state
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hashicorp/go-memdb"
+)
+
+// snapshotVersion is written first in every snapshot; Restore refuses
+// versions it does not know rather than guess.
+const snapshotVersion = 1
+
+// Snapshot is a point-in-time copy of the store, cheap to take (memdb's
+// trees are immutable) and safe to persist while writes go on.
+type Snapshot struct{ tx *memdb.Txn }
+
+// Snapshot captures the current state.
+func (s *Store) Snapshot() *Snapshot { return &Snapshot{tx: s.db.Snapshot().Txn(false)} }
+
+type record struct {
+	T string          // table
+	V json.RawMessage // the object
+}
+
+// dumped lists the tables a snapshot carries, in restore order (nodes
+// before the checks and sessions that refer to them).
+var dumped = []string{tabIndex, tabNodes, tabServices, tabChecks, tabSessions, tabSessChecks,
+	tabKVs, tabTombstones, tabDelays, tabQueries}
+
+// Persist writes the snapshot as a stream of JSON records.
+func (sn *Snapshot) Persist(w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 1<<16)
+	enc := json.NewEncoder(bw)
+	if err := enc.Encode(map[string]int{"Version": snapshotVersion}); err != nil {
+		return err
+	}
+	for _, t := range dumped {
+		it, err := sn.tx.Get(t, "id")
+		if err != nil {
+			return err
+		}
+		for r := it.Next(); r != nil; r = it.Next() {
+			b, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			if err := enc.Encode(record{T: t, V: b}); err != nil {
+				return err
+			}
+		}
+	}
+	return bw.Flush()
+}
+
+func newObj(table string) (interface{}, error) {
+	switch table {
+	case tabIndex:
+		return &indexEntry{}, nil
+	case tabNodes:
+		return &Node{}, nil
+	case tabServices:
+		return &Service{}, nil
+	case tabChecks:
+		return &HealthCheck{}, nil
+	case tabSessions:
+		return &Session{}, nil
+	case tabSessChecks:
+		return &sessionCheck{}, nil
+	case tabKVs:
+		return &DirEntry{}, nil
+	case tabTombstones:
+		return &tombstone{}, nil
+	case tabDelays:
+		return &lockDelay{}, nil
+	case tabQueries:
+		return &PreparedQuery{}, nil
+	}
+	return nil, fmt.Errorf("state: snapshot has unknown table %q", table)
+}
+
+// Restore reads a snapshot written by Persist into a new Store.
+func Restore(r io.Reader) (*Store, error) {
+	dec := json.NewDecoder(bufio.NewReaderSize(r, 1<<16))
+	var hdr struct{ Version int }
+	if err := dec.Decode(&hdr); err != nil {
+		return nil, fmt.Errorf("state: reading snapshot header: %w", err)
+	}
+	if hdr.Version != snapshotVersion {
+		return nil, fmt.Errorf("state: snapshot version %d is not supported (want %d)", hdr.Version, snapshotVersion)
+	}
+	s := New()
+	tx := s.db.Txn(true)
+	defer tx.Abort()
+	for {
+		var rec record
+		if err := dec.Decode(&rec); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("state: reading snapshot: %w", err)
+		}
+		obj, err := newObj(rec.T)
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(rec.V, obj); err != nil {
+			return nil, fmt.Errorf("state: decoding %s record: %w", rec.T, err)
+		}
+		if err := tx.Insert(rec.T, obj); err != nil {
+			return nil, fmt.Errorf("state: restoring %s: %w", rec.T, err)
+		}
+	}
+	tx.Commit()
+	return s, nil
+}
+
+// Reap drops tombstones at or below upTo and lock-delays that ended by now.
+// The leader proposes it periodically.
+func (s *Store) Reap(idx uint64, now time.Time, upTo uint64) {
+	tx := s.write(idx, now)
+	defer tx.Abort()
+	for _, t := range []string{tabTombstones, tabDelays} {
+		it, err := tx.Get(t, "id")
+		must(err)
+		var dead []interface{}
+		for r := it.Next(); r != nil; r = it.Next() {
+			switch v := r.(type) {
+			case *tombstone:
+				if v.Index <= upTo {
+					dead = append(dead, r)
+				}
+			case *lockDelay:
+				if v.Until <= now.UnixNano() {
+					dead = append(dead, r)
+				}
+			}
+		}
+		for _, d := range dead {
+			must(tx.Delete(t, d))
+		}
+	}
+	tx.Commit()
+}

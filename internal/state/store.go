@@ -1,0 +1,106 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/holdfast/holdfast/internal/watch"
+)
+
+// Sentinel errors. Callers match them with errors.Is; messages are Consul's
+// where a client may look for them.
+var (
+	ErrMissingSession  = errors.New("missing session")
+	ErrInvalidSession  = errors.New("invalid session")
+	ErrMissingNode     = errors.New("Missing node registration")
+	ErrMissingCheck    = errors.New("Missing check registration")
+	ErrCriticalCheck   = errors.New("check is in critical state")
+	ErrMissingKey      = errors.New("Missing key name")
+	ErrInvalidRequest  = errors.New("invalid request")
+	ErrQueryNotFound   = errors.New("query not found")
+	ErrSessionNotFound = errors.New("session not found")
+)
+
+// Store is holdfast's replicated state: KV, sessions, catalog, prepared
+// queries, lock-delays and the per-table index.
+//
+// Writes come only from the raft apply path (one goroutine); every write
+// method takes the raft index and the leader-stamped time of the command and
+// never reads a clock, so every replica computes the same state. Reads may
+// run concurrently with writes and with each other: each read sees a
+// consistent snapshot (go-memdb's immutable radix trees).
+type Store struct {
+	db      *memdb.MemDB
+	abandon chan struct{}
+}
+
+// New returns an empty store.
+func New() *Store {
+	db, err := memdb.NewMemDB(schema())
+	if err != nil {
+		panic(fmt.Sprintf("state: bad schema: %v", err)) // a programming error
+	}
+	return &Store{db: db, abandon: make(chan struct{})}
+}
+
+// AbandonCh is closed when this store is replaced by a snapshot restore;
+// blocking readers add it to their watch set and re-read from the new store.
+func (s *Store) AbandonCh() <-chan struct{} { return s.abandon }
+
+// Abandon closes AbandonCh. Called once, by the FSM, after a restore.
+func (s *Store) Abandon() { close(s.abandon) }
+
+// wtx is a write transaction stamped with the raft index and leader time.
+type wtx struct {
+	*memdb.Txn
+	idx uint64
+	now time.Time
+}
+
+func (s *Store) write(idx uint64, now time.Time) *wtx {
+	return &wtx{Txn: s.db.Txn(true), idx: idx, now: now}
+}
+
+// bump records that table changed at the transaction's index.
+func (tx *wtx) bump(table string) {
+	if err := tx.Insert(tabIndex, &indexEntry{Key: table, Value: tx.idx}); err != nil {
+		panic(err)
+	}
+}
+
+// must panics on a memdb error: with a fixed schema they only come from
+// programming errors, and a replica must not diverge silently.
+func must(err error) {
+	if err != nil {
+		panic(fmt.Sprintf("state: %v", err))
+	}
+}
+
+func tableIndex(tx *memdb.Txn, tables ...string) uint64 {
+	var max uint64
+	for _, t := range tables {
+		raw, err := tx.First(tabIndex, "id", t)
+		must(err)
+		if raw != nil {
+			if v := raw.(*indexEntry).Value; v > max {
+				max = v
+			}
+		}
+	}
+	return max
+}
+
+// read opens a read transaction and adds the abandon channel to ws.
+func (s *Store) read(ws watch.Set) *memdb.Txn {
+	ws.Add(s.abandon)
+	return s.db.Txn(false)
+}
+
+// TableIndex returns the last index that changed any of the named tables
+// ("kvs", "sessions", "nodes", "services", "checks", "prepared_queries").
+func (s *Store) TableIndex(tables ...string) uint64 {
+	return tableIndex(s.db.Txn(false), tables...)
+}

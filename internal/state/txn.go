@@ -1,0 +1,142 @@
+package state
+
+import (
+	"fmt"
+	"time"
+)
+
+// MaxTxnOps bounds the operations of one transaction, as in Consul.
+const MaxTxnOps = 64
+
+// TxnOp is one operation of a transaction. Only KV operations exist today.
+type TxnOp struct {
+	KV *KVRequest `json:",omitempty"`
+}
+
+// TxnResult is the result of one operation: the entry it read or wrote
+// (writes and checks carry no Value).
+type TxnResult struct {
+	KV *DirEntry `json:",omitempty"`
+}
+
+// TxnError says why operation OpIndex failed.
+type TxnError struct {
+	OpIndex int
+	What    string
+}
+
+// Txn applies ops all-or-nothing: if any operation fails, nothing is
+// written and the errors say which and why.
+func (s *Store) Txn(idx uint64, now time.Time, ops []*TxnOp) ([]*TxnResult, []*TxnError) {
+	tx := s.write(idx, now)
+	defer tx.Abort()
+	var results []*TxnResult
+	var errs []*TxnError
+	for i, op := range ops {
+		if op == nil || op.KV == nil {
+			errs = append(errs, &TxnError{OpIndex: i, What: "operation has no KV part"})
+			continue
+		}
+		res, err := tx.txnKV(op.KV)
+		if err != nil {
+			errs = append(errs, &TxnError{OpIndex: i, What: err.Error()})
+			continue
+		}
+		results = append(results, res...)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	tx.Commit()
+	return results, nil
+}
+
+func noValue(e *DirEntry) []*TxnResult {
+	if e == nil {
+		return nil
+	}
+	c := *e
+	c.Value = nil
+	return []*TxnResult{{KV: &c}}
+}
+
+func (tx *wtx) txnKV(req *KVRequest) ([]*TxnResult, error) {
+	key := req.Entry.Key
+	if key == "" && req.Op != OpDeleteTree && req.Op != OpGetTree {
+		return nil, ErrMissingKey
+	}
+	cur := tx.kvGet(key)
+	switch req.Op {
+	case OpGet:
+		if cur == nil {
+			return nil, fmt.Errorf("key %q doesn't exist", key)
+		}
+		c := *cur
+		return []*TxnResult{{KV: &c}}, nil
+	case OpGetTree:
+		it, err := tx.Get(tabKVs, "id_prefix", key)
+		must(err)
+		var out []*TxnResult
+		for r := it.Next(); r != nil; r = it.Next() {
+			c := *r.(*DirEntry)
+			out = append(out, &TxnResult{KV: &c})
+		}
+		return out, nil
+	case OpCheckIndex:
+		if cur == nil {
+			return nil, fmt.Errorf("key %q doesn't exist", key)
+		}
+		if cur.ModifyIndex != req.Entry.ModifyIndex {
+			return nil, fmt.Errorf("current modify index %d for key %q doesn't match %d", cur.ModifyIndex, key, req.Entry.ModifyIndex)
+		}
+		return noValue(cur), nil
+	case OpCheckSession:
+		if cur == nil {
+			return nil, fmt.Errorf("key %q doesn't exist", key)
+		}
+		if cur.Session != req.Entry.Session {
+			return nil, fmt.Errorf("failed session check for key %q, current session %q != %q", key, cur.Session, req.Entry.Session)
+		}
+		return noValue(cur), nil
+	case OpCheckLock:
+		if cur == nil {
+			return nil, fmt.Errorf("key %q doesn't exist", key)
+		}
+		if req.Entry.Session == "" || cur.Session != req.Entry.Session || cur.LockIndex != req.Entry.LockIndex {
+			return nil, fmt.Errorf("failed lock check for key %q: held by session %q at lock index %d, not %q at %d",
+				key, cur.Session, cur.LockIndex, req.Entry.Session, req.Entry.LockIndex)
+		}
+		return noValue(cur), nil
+	case OpCheckNotExists:
+		if cur != nil {
+			return nil, fmt.Errorf("key %q exists", key)
+		}
+		return nil, nil
+	case OpLock:
+		if req.Entry.Session != "" && tx.now.UnixNano() < tx.lockDelay(key) {
+			return nil, fmt.Errorf("failed to lock key %q due to lock delay", key)
+		}
+	}
+	ok, err := tx.kvs(req)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		switch req.Op {
+		case OpCAS:
+			return nil, fmt.Errorf("failed to set key %q, index is stale", key)
+		case OpLock:
+			return nil, fmt.Errorf("failed to lock key %q, lock is already held", key)
+		case OpUnlock:
+			return nil, fmt.Errorf("failed to unlock key %q, lock isn't held, or is held by another session", key)
+		case OpDeleteCAS:
+			return nil, fmt.Errorf("failed to delete key %q, index is stale", key)
+		}
+		return nil, fmt.Errorf("operation %q on key %q failed", req.Op, key)
+	}
+	switch req.Op {
+	case OpDelete, OpDeleteTree, OpDeleteCAS:
+		return nil, nil
+	}
+	return noValue(tx.kvGet(key)), nil
+}

@@ -1,0 +1,91 @@
+// Package watch runs blocking queries: a read is evaluated, and if its
+// index has not passed the caller's, the goroutine parks on the watch
+// channels the read registered until one of them fires or the wait runs out.
+//
+// The channels come from go-memdb: each radix node the read touched closes
+// its channel when anything below it changes, and a fresh channel replaces it
+// (close-and-replace), so a wake-up is cheap and precise.
+package watch
+
+import (
+	"context"
+	"time"
+
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/holdfast/holdfast/clock"
+)
+
+// Set collects the channels a read depends on. A nil Set ignores Add, which
+// is what a non-blocking read passes.
+type Set = memdb.WatchSet
+
+// NewSet returns an empty Set.
+func NewSet() Set { return memdb.NewWatchSet() }
+
+// Query evaluates a read once, registering what it depends on in ws.
+// It returns the index of the result and whether the thing it looked for
+// exists (a list that came back empty counts as found: only a single missing
+// object is re-baselined, see Block).
+type Query func(ws Set) (index uint64, found bool, err error)
+
+// Options for Block.
+type Options struct {
+	// MinIndex is the index the caller has already seen. Zero means do not
+	// block: evaluate once and return.
+	MinIndex uint64
+	// Wait bounds how long Block parks in total. It must be positive when
+	// MinIndex is not zero.
+	Wait time.Duration
+}
+
+// Block evaluates q until its result moves past opts.MinIndex, the wait
+// runs out, or ctx ends. The caller keeps the result of the last evaluation
+// from inside q; when Block returns nil that result is the answer (after a
+// timeout it is simply the current state, which may not have changed).
+//
+// Rules:
+//   - the first evaluation returns at once if its index is above MinIndex;
+//   - an index below MinIndex (the caller is ahead of us, or state was
+//     restored from an older snapshot) returns at once so the client resets;
+//   - after a wake-up, a single object that is still missing re-baselines
+//     MinIndex to the current index and keeps waiting, so writes to
+//     unrelated keys do not turn into a storm of 404s.
+//
+// Block returns ctx.Err() if ctx ends first; clk drives the wait.
+func Block(ctx context.Context, clk clock.Clock, opts Options, q Query) error {
+	if opts.MinIndex == 0 {
+		_, _, err := q(nil)
+		return err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t := clk.AfterFunc(opts.Wait, cancel)
+	defer t.Stop()
+
+	min := opts.MinIndex
+	for first := true; ; first = false {
+		ws := NewSet()
+		idx, found, err := q(ws)
+		if err != nil {
+			return err
+		}
+		switch {
+		case idx < min:
+			return nil
+		case idx > min && (first || found):
+			return nil
+		case idx > min:
+			min = idx // still missing: re-baseline and keep waiting
+		}
+		if err := ws.WatchCtx(wctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// Timed out: the last evaluation stands, but evaluate once more
+			// so the answer reflects anything that landed in between.
+			_, _, err := q(nil)
+			return err
+		}
+	}
+}
