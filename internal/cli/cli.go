@@ -57,7 +57,9 @@ type command struct {
 
 // commands is the dispatch table; each command group lives in its own file.
 var commands = map[string]command{
-	"agent": {"Run a holdfast agent (server)", runAgent},
+	"agent":   {"Run a holdfast agent (server)", runAgent},
+	"kv":      {"Interact with the key/value store", runKV},
+	"session": {"Create, inspect, renew and destroy sessions", runSession},
 }
 
 // Run executes the command named by args[0] (args excludes the program name).

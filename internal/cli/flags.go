@@ -1,0 +1,164 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/holdfast/holdfast/api"
+)
+
+// subcommand is one verb of a command group such as "kv put".
+type subcommand struct {
+	synopsis string
+	run      func(ctx context.Context, stdio Stdio, args []string) error
+}
+
+// dispatch runs the verb named by args[0] from subs. With no verb, or an
+// unknown one, it prints the group's usage and fails; -h prints it and
+// succeeds.
+func dispatch(ctx context.Context, stdio Stdio, group string, subs map[string]subcommand, args []string) error {
+	if len(args) == 0 {
+		groupUsage(stdio.Err, group, subs)
+		return &ExitError{Code: 1, Msg: fmt.Sprintf("%s: missing subcommand", group), Silent: true}
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		groupUsage(stdio.Err, group, subs)
+		return nil
+	}
+	sub, ok := subs[args[0]]
+	if !ok {
+		groupUsage(stdio.Err, group, subs)
+		return &ExitError{Code: 1, Msg: fmt.Sprintf("unknown command %q", group+" "+args[0])}
+	}
+	return sub.run(ctx, stdio, args[1:])
+}
+
+func groupUsage(w io.Writer, group string, subs map[string]subcommand) {
+	names := make([]string, 0, len(subs))
+	for n := range subs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	fmt.Fprintf(&b, "Usage: holdfast %s <subcommand> [options] [args]\n\nSubcommands:\n", group)
+	for _, n := range names {
+		fmt.Fprintf(&b, "    %-10s %s\n", n, subs[n].synopsis)
+	}
+	io.WriteString(w, b.String())
+}
+
+// newFlagSet returns a single-dash flag set whose errors and usage go to
+// stdio.Err. usage is printed before the flag list.
+func newFlagSet(stdio Stdio, name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stdio.Err)
+	fs.Usage = func() {
+		io.WriteString(stdio.Err, strings.TrimLeft(usage, "\n"))
+		io.WriteString(stdio.Err, "\nOptions:\n\n")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args into fs. done is true when the command should
+// stop: after -h (err nil, exit 0) or on a bad flag (err set, exit 1; the
+// flag package has already printed the problem and the usage).
+func parseFlags(fs *flag.FlagSet, args []string) (done bool, err error) {
+	err = fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return true, nil
+	}
+	if err != nil {
+		return true, &ExitError{Code: 1, Msg: err.Error(), Silent: true}
+	}
+	return false, nil
+}
+
+// httpFlags are the flags that say how to reach the agent.
+type httpFlags struct {
+	addr       string
+	token      string
+	datacenter string
+}
+
+func (h *httpFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&h.addr, "http-addr", "",
+		"Address of the holdfast agent's HTTP API, as host:port or an http:// or https:// URL. "+
+			"Defaults to $HOLDFAST_HTTP_ADDR, then $CONSUL_HTTP_ADDR, then "+api.DefaultAddress+".")
+	fs.StringVar(&h.token, "token", "", "ACL token to send with requests (X-Consul-Token).")
+	fs.StringVar(&h.datacenter, "datacenter", "", "Datacenter to query. Defaults to the agent's.")
+}
+
+// client builds an API client from the flags and stdio's environment
+// (never the process environment directly).
+func (h *httpFlags) client(stdio Stdio) (*api.Client, error) {
+	cfg := api.ConfigFromEnv(stdio.getenv)
+	if h.addr != "" {
+		cfg.Address = h.addr
+	}
+	cfg.Token = h.token
+	cfg.Datacenter = h.datacenter
+	return api.NewClient(cfg)
+}
+
+// connectError is what a command prints when the client cannot be built.
+func connectError(stdio Stdio, err error) error {
+	return fail(stdio, fmt.Sprintf("Error connecting to Consul agent: %s", err))
+}
+
+// say prints one line to stdout, like the "Info" output of Consul's CLI.
+func say(stdio Stdio, line string) {
+	io.WriteString(stdio.Out, line+"\n")
+}
+
+// fail prints one line to stderr and returns the exit error for it: code 1,
+// already printed.
+func fail(stdio Stdio, line string) error {
+	io.WriteString(stdio.Err, line+"\n")
+	return &ExitError{Code: 1, Msg: line, Silent: true}
+}
+
+// optDuration is a duration flag that remembers whether it was given, so
+// that an explicit 0 can be told from the default.
+type optDuration struct {
+	d   time.Duration
+	set bool
+}
+
+func (o *optDuration) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return o.d.String()
+}
+
+func (o *optDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("parse error")
+	}
+	o.d, o.set = d, true
+	return nil
+}
+
+// stringList is a flag that may be repeated; each use appends.
+type stringList []string
+
+func (l *stringList) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, ",")
+}
+
+func (l *stringList) Set(s string) error {
+	*l = append(*l, s)
+	return nil
+}
