@@ -92,20 +92,24 @@ func (tx *wtx) kvGet(key string) *DirEntry {
 }
 
 // kvSet writes e. Unless lockOp, the key's Session and LockIndex are kept
-// from the existing entry: a plain write never takes or drops a lock, and,
-// unlike Consul, never resets the LockIndex (so a sequencer is never reused).
-// A write that changes nothing is skipped, so it wakes no watcher.
+// from the existing entry (a new key has none): a plain write never takes or
+// drops a lock, and, unlike Consul, never resets the LockIndex (so a
+// sequencer is never reused). A write that changes nothing is skipped, so it
+// wakes no watcher.
 func (tx *wtx) kvSet(e *DirEntry, lockOp bool) {
 	ent := *e
 	ent.Value = append([]byte(nil), e.Value...)
 	ent.ModifyIndex = tx.idx
 	ent.CreateIndex = tx.idx
-	if old := tx.kvGet(e.Key); old != nil {
-		ent.CreateIndex = old.CreateIndex
-		if !lockOp {
-			ent.Session = old.Session
-			ent.LockIndex = old.LockIndex
+	old := tx.kvGet(e.Key)
+	if !lockOp {
+		ent.Session, ent.LockIndex = "", 0
+		if old != nil {
+			ent.Session, ent.LockIndex = old.Session, old.LockIndex
 		}
+	}
+	if old != nil {
+		ent.CreateIndex = old.CreateIndex
 		if old.Flags == ent.Flags && old.Session == ent.Session &&
 			old.LockIndex == ent.LockIndex && bytes.Equal(old.Value, ent.Value) {
 			return
@@ -328,7 +332,6 @@ func (s *Store) KVLockDelay(key string) time.Time {
 	}
 	return time.Unix(0, raw.(*lockDelay).Until)
 }
-
 
 func maxU(a, b uint64) uint64 {
 	if a > b {
