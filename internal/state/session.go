@@ -42,10 +42,10 @@ func (tx *wtx) sessionCreate(in *Session) error {
 		raw, err := tx.First(tabChecks, "id", sess.Node, id)
 		must(err)
 		if raw == nil {
-			return fmt.Errorf("Missing check '%s' registration: %w", id, ErrMissingCheck)
+			return &kindError{kind: ErrMissingCheck, msg: fmt.Sprintf("Missing check '%s' registration", id)}
 		}
 		if raw.(*HealthCheck).Status == HealthCritical {
-			return fmt.Errorf("Check '%s' is in critical state: %w", id, ErrCriticalCheck)
+			return &kindError{kind: ErrCriticalCheck, msg: fmt.Sprintf("Check '%s' is in critical state", id)}
 		}
 	}
 	must(tx.Insert(tabSessions, &sess))

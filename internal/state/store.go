@@ -24,6 +24,17 @@ var (
 	ErrSessionNotFound = errors.New("session not found")
 )
 
+// kindError is an error whose text is exactly what a client must see (a
+// Consul message, which the sentinel alone cannot carry) while errors.Is
+// still matches its sentinel kind.
+type kindError struct {
+	kind error
+	msg  string
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
+
 // Store is holdfast's replicated state: KV, sessions, catalog, prepared
 // queries, lock-delays and the per-table index.
 //
