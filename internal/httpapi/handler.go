@@ -1,0 +1,280 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/holdfast/holdfast/clock"
+)
+
+// Defaults for Options.
+const (
+	DefaultMaxValueSize = 512 * 1024
+	DefaultMaxTxnSize   = 512 * 1024
+	DefaultWait         = 5 * time.Minute
+	DefaultMaxWait      = 10 * time.Minute
+)
+
+// Options configure the handler. The zero value is usable: every zero field
+// takes its default.
+type Options struct {
+	// Clock drives blocking-query timeouts. Default clock.Real().
+	Clock clock.Clock
+	// MaxValueSize bounds a KV value (PUT body, txn value). Default 512 KiB.
+	MaxValueSize int64
+	// MaxTxnSize bounds the body of PUT /v1/txn. Default 512 KiB.
+	MaxTxnSize int64
+	// DefaultWait is a blocking query's wait when the client gives none.
+	// Default 5m.
+	DefaultWait time.Duration
+	// MaxWait caps a blocking query's wait. Default 10m.
+	MaxWait time.Duration
+	// Jitter returns a random duration in [0, max); it is added to each
+	// blocking query's wait (max = wait/16) so that many clients do not
+	// wake together. Nil adds nothing.
+	Jitter func(max time.Duration) time.Duration
+	// Logger receives internal errors (5xx). Nil discards.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Clock == nil {
+		o.Clock = clock.Real()
+	}
+	if o.MaxValueSize <= 0 {
+		o.MaxValueSize = DefaultMaxValueSize
+	}
+	if o.MaxTxnSize <= 0 {
+		o.MaxTxnSize = DefaultMaxTxnSize
+	}
+	if o.DefaultWait <= 0 {
+		o.DefaultWait = DefaultWait
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = DefaultMaxWait
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return o
+}
+
+// handler serves the API over a Backend. It holds no mutable state of its
+// own, so it is safe for concurrent use.
+type handler struct {
+	b      Backend
+	opts   Options
+	routes []*route
+}
+
+// endpoint serves one method of one route. arg is the part of the decoded
+// path after the route's prefix ("" for exact routes).
+type endpoint func(w http.ResponseWriter, r *http.Request, arg string) error
+
+type route struct {
+	path    string // "/v1/kv"
+	prefix  bool   // also serves path + "/" + arg
+	methods []string
+	eps     map[string]endpoint
+}
+
+// New returns the HTTP API over b. The handler is safe for concurrent use;
+// every request's context bounds the backend calls made for it.
+func New(b Backend, opts Options) http.Handler {
+	h := &handler{b: b, opts: opts.withDefaults()}
+	h.handle("/v1/kv", true, "GET", h.kvGet, "PUT", h.kvPut, "DELETE", h.kvDelete)
+	h.handle("/v1/txn", false, "PUT", h.txn)
+	h.handle("/v1/fence", true, "GET", h.fence)
+
+	h.handle("/v1/session/create", false, "PUT", h.sessionCreate)
+	h.handle("/v1/session/destroy", true, "PUT", h.sessionDestroy)
+	h.handle("/v1/session/renew", true, "PUT", h.sessionRenew)
+	h.handle("/v1/session/info", true, "GET", h.sessionInfo)
+	h.handle("/v1/session/node", true, "GET", h.sessionNode)
+	h.handle("/v1/session/list", false, "GET", h.sessionList)
+
+	h.handle("/v1/catalog/register", false, "PUT", h.catalogRegister)
+	h.handle("/v1/catalog/deregister", false, "PUT", h.catalogDeregister)
+	h.handle("/v1/catalog/nodes", false, "GET", h.catalogNodes)
+	h.handle("/v1/catalog/node", true, "GET", h.catalogNode)
+	h.handle("/v1/health/node", true, "GET", h.healthNode)
+	h.handle("/v1/agent/self", false, "GET", h.agentSelf)
+	h.handle("/v1/status/leader", false, "GET", h.statusLeader)
+	h.handle("/v1/status/peers", false, "GET", h.statusPeers)
+
+	h.handle("/v1/query", false, "GET", h.queryList, "POST", h.queryCreate)
+	h.handle("/v1/query", true, "GET", h.queryGet, "PUT", h.queryUpdate, "DELETE", h.queryDelete)
+	return h
+}
+
+// handle registers a route; pairs alternates method names and endpoints.
+func (h *handler) handle(path string, prefix bool, pairs ...interface{}) {
+	rt := &route{path: path, prefix: prefix, eps: map[string]endpoint{}}
+	for i := 0; i < len(pairs); i += 2 {
+		m := pairs[i].(string)
+		rt.methods = append(rt.methods, m)
+		rt.eps[m] = pairs[i+1].(func(http.ResponseWriter, *http.Request, string) error)
+	}
+	h.routes = append(h.routes, rt)
+}
+
+// match finds the route for a decoded path. An exact route wins over a
+// prefix route of the same path; "/v1/kv" and "/v1/kv/" both mean the
+// empty key.
+func (h *handler) match(p string) (*route, string) {
+	var best *route
+	var arg string
+	for _, rt := range h.routes {
+		switch {
+		case !rt.prefix && p == rt.path:
+			return rt, ""
+		case rt.prefix && best == nil && p == rt.path && !h.hasExact(p):
+			best, arg = rt, ""
+		case rt.prefix && strings.HasPrefix(p, rt.path+"/"):
+			if best == nil || len(rt.path) > len(best.path) {
+				best, arg = rt, p[len(rt.path)+1:]
+			}
+		}
+	}
+	return best, arg
+}
+
+func (h *handler) hasExact(p string) bool {
+	for _, rt := range h.routes {
+		if !rt.prefix && rt.path == p {
+			return true
+		}
+	}
+	return false
+}
+
+// ServeHTTP routes by hand rather than through http.ServeMux: the mux
+// cleans paths (and redirects "a//b" to "a/b"), which would change KV keys.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt, arg := h.match(r.URL.Path)
+	if rt == nil {
+		h.fail(w, r, notFoundf("Invalid URL path: %q is not a holdfast API endpoint", r.URL.Path))
+		return
+	}
+	allow := "OPTIONS," + strings.Join(rt.methods, ",")
+	if r.Method == http.MethodOptions {
+		w.Header().Set("Allow", allow)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	ep := rt.eps[r.Method]
+	if ep == nil {
+		w.Header().Set("Allow", allow)
+		h.fail(w, r, &Error{Kind: KindMethodNotAllowed, Msg: "method " + r.Method + " not allowed"})
+		return
+	}
+	if err := h.checkDatacenter(r); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if err := ep(w, r, arg); err != nil {
+		h.fail(w, r, err)
+	}
+}
+
+// checkDatacenter refuses ?dc naming another datacenter: holdfast serves
+// one and does not forward.
+func (h *handler) checkDatacenter(r *http.Request) error {
+	dc := r.URL.Query().Get("dc")
+	if dc == "" || strings.EqualFold(dc, h.b.Datacenter()) {
+		return nil
+	}
+	return invalidf("Unknown datacenter %q: this server only serves %q", dc, h.b.Datacenter())
+}
+
+// fail writes err as a plain-text sentence with the status of its Kind.
+// A request whose client has gone away gets nothing written.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return
+	}
+	kind := KindOf(err)
+	status := statusOf[kind]
+	if status >= 500 && kind != KindNotImplemented {
+		h.opts.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	io.WriteString(w, messageOf(err))
+}
+
+// wantPretty reports whether ?pretty was given.
+func wantPretty(r *http.Request) bool {
+	_, ok := r.URL.Query()["pretty"]
+	return ok
+}
+
+// writeJSON writes v as JSON with status 200: compact, or indented by four
+// spaces with a trailing newline under ?pretty (as Consul does).
+func writeJSON(w http.ResponseWriter, r *http.Request, v interface{}) error {
+	var buf []byte
+	var err error
+	if wantPretty(r) {
+		buf, err = json.MarshalIndent(v, "", "    ")
+		buf = append(buf, '\n')
+	} else {
+		buf, err = json.Marshal(v)
+	}
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf)
+	return nil
+}
+
+// decodeStrict decodes one JSON value from body into v and refuses
+// anything after it other than white space.
+func decodeStrict(body []byte, v interface{}) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errTrailing
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errTrailing
+	}
+	return nil
+}
+
+var errTrailing = &Error{Kind: KindInvalid, Msg: "unexpected data after the JSON value"}
+
+// readBody reads the whole body, refusing more than max bytes with 413.
+func readBody(r *http.Request, max int64) ([]byte, error) {
+	if r.ContentLength > max {
+		return nil, tooLarge(r.ContentLength, max)
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	if err != nil {
+		return nil, invalidf("Failed to read request body: %v", err)
+	}
+	if int64(len(b)) > max {
+		return nil, &Error{Kind: KindTooLarge, Msg: "Request body too large, max size: " +
+			itoa(max) + " bytes. See " + maxSizeDoc + "."}
+	}
+	return b, nil
+}
+
+const maxSizeDoc = "https://developer.hashicorp.com/docs/agent/config/config-files#kv_max_value_size"
+
+func tooLarge(n, max int64) error {
+	return &Error{Kind: KindTooLarge, Msg: "Request body(" + itoa(n) + " bytes) too large, max size: " +
+		itoa(max) + " bytes. See " + maxSizeDoc + "."}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,145 @@
+package httpapi
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/holdfast/holdfast/internal/state"
+	"github.com/holdfast/holdfast/internal/watch"
+)
+
+// queryBody is the body of POST /v1/query and PUT /v1/query/<id>: the parts
+// of Consul's PreparedQuery that holdfast keeps. Other fields are ignored,
+// except a template, which would change what the query means.
+type queryBody struct {
+	Name     string
+	Session  string
+	Token    string
+	Service  state.ServiceQuery
+	Template struct{ Type string }
+}
+
+func (h *handler) decodeQuery(r *http.Request) (*state.PreparedQuery, error) {
+	body, err := readBody(r, h.opts.MaxValueSize)
+	if err != nil {
+		return nil, err
+	}
+	var in queryBody
+	if err := decodeStrict(body, &in); err != nil {
+		return nil, invalidf("Request decode failed: %v", err)
+	}
+	if in.Template.Type != "" {
+		return nil, invalidf("Prepared query templates are not supported")
+	}
+	if in.Service.Service == "" {
+		return nil, invalidf("Must provide a Service name to query")
+	}
+	return &state.PreparedQuery{Name: in.Name, Session: in.Session, Token: in.Token, Service: in.Service}, nil
+}
+
+func (h *handler) queryCreate(w http.ResponseWriter, r *http.Request, _ string) error {
+	q, err := h.decodeQuery(r)
+	if err != nil {
+		return err
+	}
+	id, err := h.b.QuerySet(r.Context(), q)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, r, struct{ ID string }{id})
+}
+
+func (h *handler) queryList(w http.ResponseWriter, r *http.Request, _ string) error {
+	ro, err := h.parseRead(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	var list []*state.PreparedQuery
+	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
+		idx, qs := s.QueryList(ws)
+		list = qs
+		return idx, true
+	})
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []*state.PreparedQuery{}
+	}
+	return writeJSON(w, r, list)
+}
+
+// queryID splits /v1/query/<id>[/<action>].
+func queryID(arg string) (id, action string) {
+	id, action, _ = strings.Cut(arg, "/")
+	return id, action
+}
+
+func (h *handler) queryGet(w http.ResponseWriter, r *http.Request, arg string) error {
+	id, action := queryID(arg)
+	switch action {
+	case "":
+	case "execute", "explain":
+		return &Error{Kind: KindNotImplemented, Msg: "Prepared query " + action + " is not implemented yet"}
+	default:
+		return notFoundf("Invalid URL path: unknown prepared query action %q", action)
+	}
+	ro, err := h.parseRead(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	if id == "" {
+		return invalidf("Missing query ID")
+	}
+	var pq *state.PreparedQuery
+	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
+		idx, found := s.QueryGet(ws, id)
+		pq = found
+		return idx, found != nil
+	})
+	if err != nil {
+		return err
+	}
+	if pq == nil {
+		return notFoundf("Query not found")
+	}
+	return writeJSON(w, r, []*state.PreparedQuery{pq})
+}
+
+func (h *handler) queryUpdate(w http.ResponseWriter, r *http.Request, arg string) error {
+	id, action := queryID(arg)
+	if action != "" {
+		return notFoundf("Invalid URL path: %q", r.URL.Path)
+	}
+	if id == "" {
+		return invalidf("Missing query ID")
+	}
+	q, err := h.decodeQuery(r)
+	if err != nil {
+		return err
+	}
+	if _, cur := h.b.State().QueryGet(nil, id); cur == nil {
+		return notFoundf("Cannot modify non-existent prepared query: '%s'", id)
+	}
+	q.ID = id
+	if _, err := h.b.QuerySet(r.Context(), q); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+func (h *handler) queryDelete(w http.ResponseWriter, r *http.Request, arg string) error {
+	id, action := queryID(arg)
+	if action != "" {
+		return notFoundf("Invalid URL path: %q", r.URL.Path)
+	}
+	if id == "" {
+		return invalidf("Missing query ID")
+	}
+	if err := h.b.QueryDelete(r.Context(), id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}

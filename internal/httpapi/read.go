@@ -1,0 +1,135 @@
+package httpapi
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/holdfast/holdfast/internal/state"
+	"github.com/holdfast/holdfast/internal/watch"
+)
+
+// Consistency modes, as reported in X-Consul-Effective-Consistency.
+const (
+	modeLeader     = "leader"
+	modeConsistent = "consistent"
+	modeStale      = "stale"
+)
+
+// readOpts are the query parameters every read takes.
+type readOpts struct {
+	index uint64        // the index the client has seen; 0 = do not block
+	wait  time.Duration // how long to block, defaulted and clamped
+	mode  string        // modeLeader, modeConsistent or modeStale
+}
+
+// parseRead parses index, wait, stale, consistent, cached and max_stale.
+// Flags are present-or-absent, as in Consul: "?stale=false" is still stale.
+func (h *handler) parseRead(q url.Values) (*readOpts, error) {
+	ro := &readOpts{mode: modeLeader}
+	_, stale := q["stale"]
+	_, consistent := q["consistent"]
+	_, cached := q["cached"]
+	if v, ok := q["max_stale"]; ok {
+		if s := v[0]; s != "" {
+			if _, err := time.ParseDuration(s); err != nil {
+				return nil, invalidf("Invalid max_stale value %q", s)
+			}
+		}
+		stale = true
+	}
+	if stale && consistent {
+		return nil, invalidf("Cannot specify ?stale with ?consistent, conflicting semantics.")
+	}
+	if cached && consistent {
+		return nil, invalidf("Cannot specify ?cached with ?consistent, conflicting semantics.")
+	}
+	switch {
+	case consistent:
+		ro.mode = modeConsistent
+	case stale:
+		ro.mode = modeStale
+	}
+	ro.wait = h.opts.DefaultWait
+	if s := q.Get("wait"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return nil, invalidf("Invalid wait time")
+		}
+		if d > 0 {
+			ro.wait = d
+		}
+	}
+	if ro.wait > h.opts.MaxWait {
+		ro.wait = h.opts.MaxWait
+	}
+	if s := q.Get("index"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return nil, invalidf("Invalid index")
+		}
+		ro.index = n
+	}
+	return ro, nil
+}
+
+// evalFunc reads from one store and registers what it read in ws. It
+// returns the index to report and whether the object exists (a list is
+// always found; see watch.Query).
+type evalFunc func(s *state.Store, ws watch.Set) (index uint64, found bool)
+
+// read runs eval as a (possibly blocking) query and sets the read headers
+// on w. The caller keeps eval's last result and writes the body.
+//
+// Every evaluation calls Backend.State() afresh, so a store replaced by a
+// snapshot restore is picked up; under ?consistent every evaluation first
+// waits for Backend.ConsistentRead. A read that is not stale fails with
+// "No cluster leader" while no leader is known.
+func (h *handler) read(w http.ResponseWriter, r *http.Request, ro *readOpts, eval evalFunc) error {
+	if ro.mode != modeStale {
+		if known, _ := h.b.LeaderStatus(); !known {
+			return errNoLeader
+		}
+	}
+	ctx := r.Context()
+	var index uint64
+	q := func(ws watch.Set) (uint64, bool, error) {
+		if ro.mode == modeConsistent {
+			if err := h.b.ConsistentRead(ctx); err != nil {
+				return 0, false, err
+			}
+		}
+		idx, found := eval(h.b.State(), ws)
+		index = idx
+		return idx, found, nil
+	}
+	wo := watch.Options{MinIndex: ro.index}
+	if ro.index > 0 {
+		wo.Wait = ro.wait
+		if h.opts.Jitter != nil {
+			if j := h.opts.Jitter(ro.wait / 16); j > 0 {
+				wo.Wait += j
+			}
+		}
+	}
+	if err := watch.Block(ctx, h.opts.Clock, wo, q); err != nil {
+		return err
+	}
+	h.setReadHeaders(w, index, ro.mode)
+	return nil
+}
+
+// setReadHeaders sets the headers Consul's clients parse on every read.
+// The index is never 0: clients treat 0 as "do not block".
+func (h *handler) setReadHeaders(w http.ResponseWriter, index uint64, mode string) {
+	if index == 0 {
+		index = 1
+	}
+	known, last := h.b.LeaderStatus()
+	hd := w.Header()
+	hd.Set("X-Consul-Index", strconv.FormatUint(index, 10))
+	hd.Set("X-Consul-KnownLeader", strconv.FormatBool(known))
+	hd.Set("X-Consul-LastContact", strconv.FormatInt(last.Milliseconds(), 10))
+	hd.Set("X-Consul-Effective-Consistency", mode)
+}

@@ -1,0 +1,145 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+
+	"github.com/holdfast/holdfast/internal/state"
+)
+
+// txnKVOp is Consul's KV transaction operation. Index is the expected
+// ModifyIndex for cas, check-index and delete-cas. LockIndex is holdfast's:
+// the fence for check-lock, and for unlock a fenced release (0 = any).
+type txnKVOp struct {
+	Verb      string
+	Key       string
+	Value     []byte
+	Flags     uint64
+	Index     uint64
+	Session   string
+	LockIndex uint64
+	Namespace string
+	Partition string
+}
+
+// txnOpBody is one element of the PUT /v1/txn array. Consul also has Node,
+// Service and Check operations; holdfast accepts them only as null.
+type txnOpBody struct {
+	KV      *txnKVOp
+	Node    json.RawMessage
+	Service json.RawMessage
+	Check   json.RawMessage
+}
+
+// txnVerbs are the KV verbs a transaction may use.
+var txnVerbs = map[string]state.KVOp{}
+
+func init() {
+	for _, op := range []state.KVOp{
+		state.OpSet, state.OpCAS, state.OpLock, state.OpUnlock, state.OpGet, state.OpGetTree,
+		state.OpCheckIndex, state.OpCheckSession, state.OpCheckNotExists, state.OpCheckLock,
+		state.OpDelete, state.OpDeleteTree, state.OpDeleteCAS,
+	} {
+		txnVerbs[string(op)] = op
+	}
+}
+
+// decodeTxn turns a PUT /v1/txn body into state operations. maxValue
+// bounds each value. It reads only its arguments, so it is safe to fuzz.
+func decodeTxn(body []byte, maxValue int64) ([]*state.TxnOp, error) {
+	var in []*txnOpBody
+	if err := decodeStrict(body, &in); err != nil {
+		return nil, invalidf("Failed to parse body: %v", err)
+	}
+	if len(in) > state.MaxTxnOps {
+		return nil, &Error{Kind: KindTooLarge, Msg: "Transaction contains too many operations (" +
+			itoa(int64(len(in))) + " > " + itoa(state.MaxTxnOps) + ")"}
+	}
+	ops := make([]*state.TxnOp, 0, len(in))
+	for i, op := range in {
+		if op == nil {
+			return nil, invalidf("Operation %d is null", i)
+		}
+		for j, raw := range []json.RawMessage{op.Node, op.Service, op.Check} {
+			if r := bytes.TrimSpace(raw); len(r) > 0 && string(r) != "null" {
+				return nil, invalidf("Operation %d is a %s operation: holdfast transactions support only KV operations",
+					i, [...]string{"Node", "Service", "Check"}[j])
+			}
+		}
+		kv := op.KV
+		if kv == nil {
+			return nil, invalidf("Operation %d has no KV part", i)
+		}
+		verb, ok := txnVerbs[kv.Verb]
+		if !ok {
+			return nil, invalidf("Operation %d has unknown KV verb %q", i, kv.Verb)
+		}
+		if err := validateKey(kv.Key); err != nil {
+			return nil, invalidf("Operation %d: %v", i, err)
+		}
+		if kv.Key == "" && verb != state.OpGetTree && verb != state.OpDeleteTree {
+			return nil, invalidf("Operation %d (%s) is missing a key name", i, kv.Verb)
+		}
+		if n := int64(len(kv.Value)); n > maxValue {
+			return nil, &Error{Kind: KindTooLarge, Msg: "Value for key " + quote(kv.Key) + " is too large (" +
+				itoa(n) + " > " + itoa(maxValue) + " bytes)"}
+		}
+		switch verb {
+		case state.OpLock, state.OpUnlock, state.OpCheckSession, state.OpCheckLock:
+			if kv.Session == "" && verb != state.OpCheckSession {
+				return nil, invalidf("Operation %d (%s) is missing a session", i, kv.Verb)
+			}
+		}
+		e := state.DirEntry{Key: kv.Key, Value: kv.Value, Flags: kv.Flags, Session: kv.Session}
+		switch verb {
+		case state.OpCAS, state.OpCheckIndex, state.OpDeleteCAS:
+			e.ModifyIndex = kv.Index
+		case state.OpCheckLock, state.OpUnlock:
+			e.LockIndex = kv.LockIndex
+		}
+		ops = append(ops, &state.TxnOp{KV: &state.KVRequest{Op: verb, Entry: e}})
+	}
+	return ops, nil
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// txnResponse is the body of /v1/txn: Results on success (200), Errors
+// when the transaction was rolled back (409).
+type txnResponse struct {
+	Results []*state.TxnResult
+	Errors  []*state.TxnError
+}
+
+func (h *handler) txn(w http.ResponseWriter, r *http.Request, _ string) error {
+	body, err := readBody(r, h.opts.MaxTxnSize)
+	if err != nil {
+		return err
+	}
+	ops, err := decodeTxn(body, h.opts.MaxValueSize)
+	if err != nil {
+		return err
+	}
+	if len(ops) == 0 {
+		return writeJSON(w, r, &txnResponse{})
+	}
+	res, errs, err := h.b.Txn(r.Context(), ops)
+	if err != nil {
+		return err
+	}
+	if len(errs) > 0 {
+		buf, err := json.Marshal(&txnResponse{Errors: errs})
+		if err != nil {
+			return err
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		_, _ = w.Write(buf)
+		return nil
+	}
+	return writeJSON(w, r, &txnResponse{Results: res})
+}
