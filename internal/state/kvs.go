@@ -146,7 +146,7 @@ func (tx *wtx) kvLock(e *DirEntry) (bool, error) {
 	if !tx.sessionExists(e.Session) {
 		return false, fmt.Errorf("%w %q", ErrInvalidSession, e.Session)
 	}
-	if until := tx.lockDelay(e.Key); tx.now.UnixNano() < until {
+	if tx.delayed(e.Key) {
 		return false, nil
 	}
 	ent := *e
@@ -220,13 +220,21 @@ func (tx *wtx) kvDeleteTree(prefix string) {
 	tx.bump(tabKVs)
 }
 
-func (tx *wtx) lockDelay(key string) int64 {
+// lockDelay returns the end of key's lock-delay, if it has one.
+func (tx *wtx) lockDelay(key string) (until int64, ok bool) {
 	raw, err := tx.First(tabDelays, "id", key)
 	must(err)
 	if raw == nil {
-		return 0
+		return 0, false
 	}
-	return raw.(*lockDelay).Until
+	return raw.(*lockDelay).Until, true
+}
+
+// delayed reports whether key is under a lock-delay at the stamped time.
+// A key with no lock-delay row is never delayed, whatever the time.
+func (tx *wtx) delayed(key string) bool {
+	until, ok := tx.lockDelay(key)
+	return ok && tx.now.UnixNano() < until
 }
 
 // setLockDelay makes key unacquirable until now+d (keeping a later deadline
@@ -239,7 +247,7 @@ func (tx *wtx) setLockDelay(key string, d time.Duration) {
 		d = MaxLockDelay
 	}
 	until := tx.now.Add(d).UnixNano()
-	if until <= tx.lockDelay(key) {
+	if cur, ok := tx.lockDelay(key); ok && until <= cur {
 		return
 	}
 	must(tx.Insert(tabDelays, &lockDelay{Key: key, Until: until}))
