@@ -84,6 +84,9 @@ func runSessionCreate(ctx context.Context, stdio Stdio, args []string) error {
 	if len(checks) > 0 {
 		se.NodeChecks = checks
 	}
+	if se.Name == "" && se.Node == "" && se.TTL == "" && se.Behavior == "" && se.LockDelay == 0 && se.NodeChecks == nil {
+		se = nil // nothing asked for: send no body at all, like curl -X PUT
+	}
 	create := client.Session().Create
 	if *noChecks {
 		create = client.Session().CreateNoChecks
