@@ -54,9 +54,9 @@ func runSessionCreate(ctx context.Context, stdio Stdio, args []string) error {
 	ttl := fs.String("ttl", "", `TTL such as "30s" (between 10s and 24h); the session must be renewed within it. Default: none.`)
 	behavior := fs.String("behavior", "", `What happens to held keys when the session is invalidated: "release" (default) or "delete".`)
 	var lockDelay optDuration
-	fs.Var(&lockDelay, "lock-delay", "How long held keys stay unlockable after invalidation, e.g. 15s; 0 disables. Default 15s.")
+	fs.Var(&lockDelay, "lock-delay", "How long (a `duration` such as 15s) held keys stay unlockable after invalidation; 0 disables. Default 15s.")
 	var checks stringList
-	fs.Var(&checks, "check", "ID of a health check on the node to bind the session to; may be repeated.")
+	fs.Var(&checks, "check", "`ID` of a health check on the node to bind the session to; may be repeated.")
 	noChecks := fs.Bool("no-checks", false, "Bind the session to no health check.")
 	if done, err := parseFlags(fs, args); done {
 		return err
