@@ -34,7 +34,7 @@ func (s *Store) Txn(idx uint64, now time.Time, ops []*TxnOp) ([]*TxnResult, []*T
 	var errs []*TxnError
 	for i, op := range ops {
 		if op == nil || op.KV == nil {
-			errs = append(errs, &TxnError{OpIndex: i, What: "operation has no KV part"})
+			errs = append(errs, &TxnError{OpIndex: i, What: "no operation specified"})
 			continue
 		}
 		res, err := tx.txnKV(op.KV)
@@ -84,15 +84,15 @@ func (tx *wtx) txnKV(req *KVRequest) ([]*TxnResult, error) {
 		return out, nil
 	case OpCheckIndex:
 		if cur == nil {
-			return nil, fmt.Errorf("key %q doesn't exist", key)
+			return nil, fmt.Errorf("failed to check index, key %q doesn't exist", key)
 		}
 		if cur.ModifyIndex != req.Entry.ModifyIndex {
-			return nil, fmt.Errorf("current modify index %d for key %q doesn't match %d", cur.ModifyIndex, key, req.Entry.ModifyIndex)
+			return nil, fmt.Errorf("failed index check for key %q, current modify index %d != %d", key, cur.ModifyIndex, req.Entry.ModifyIndex)
 		}
 		return noValue(cur), nil
 	case OpCheckSession:
 		if cur == nil {
-			return nil, fmt.Errorf("key %q doesn't exist", key)
+			return nil, fmt.Errorf("failed to check session, key %q doesn't exist", key)
 		}
 		if cur.Session != req.Entry.Session {
 			return nil, fmt.Errorf("failed session check for key %q, current session %q != %q", key, cur.Session, req.Entry.Session)
@@ -100,7 +100,7 @@ func (tx *wtx) txnKV(req *KVRequest) ([]*TxnResult, error) {
 		return noValue(cur), nil
 	case OpCheckLock:
 		if cur == nil {
-			return nil, fmt.Errorf("key %q doesn't exist", key)
+			return nil, fmt.Errorf("failed to check lock, key %q doesn't exist", key)
 		}
 		if req.Entry.Session == "" || cur.Session != req.Entry.Session || cur.LockIndex != req.Entry.LockIndex {
 			return nil, fmt.Errorf("failed lock check for key %q: held by session %q at lock index %d, not %q at %d",
@@ -116,6 +116,9 @@ func (tx *wtx) txnKV(req *KVRequest) ([]*TxnResult, error) {
 		if req.Entry.Session != "" && tx.delayed(key) {
 			return nil, fmt.Errorf("failed to lock key %q due to lock delay", key)
 		}
+	case OpSet, OpCAS, OpUnlock, OpDelete, OpDeleteTree, OpDeleteCAS:
+	default:
+		return nil, fmt.Errorf("unknown KV verb %q", req.Op)
 	}
 	ok, err := tx.kvs(req)
 	if err != nil {
