@@ -528,3 +528,17 @@ func (k *keeper) run(ctx context.Context) (*keeperStats, error) {
 	wg.Wait()
 	return out, runErr
 }
+
+// keepaliveResult turns keeper statistics into a result.
+func keepaliveResult(cfg *config, st *keeperStats) *Result {
+	r := &Result{Clients: cfg.clients, Ops: st.renewals, Lat: &st.lat, Elapsed: st.measured, Unit: "renewals", LatName: "renew"}
+	r.Int("sessions", int64(cfg.sessions))
+	r.Int("created", st.created)
+	r.Float("create_s", st.createDur.Seconds(), 2)
+	r.Float("create_per_s", float64(st.created)/st.createDur.Seconds(), 1)
+	r.Int("create_errors", st.createErrs)
+	r.Int("expired", st.expired)
+	r.Ms("renew_lag_max_ms", st.maxLag)
+	r.Float("session_ttl_s", cfg.sessionTTL.Seconds(), 0)
+	return r
+}

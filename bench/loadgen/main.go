@@ -522,20 +522,6 @@ func (b *bench) sessionsKeepalive(ctx context.Context) (*Result, error) {
 	return keepaliveResult(b.cfg, st), err
 }
 
-// keepaliveResult turns keeper statistics into a result.
-func keepaliveResult(cfg *config, st *keeperStats) *Result {
-	r := &Result{Clients: cfg.clients, Ops: st.renewals, Lat: &st.lat, Elapsed: st.measured, Unit: "renewals", LatName: "renew"}
-	r.Int("sessions", int64(cfg.sessions))
-	r.Int("created", st.created)
-	r.Float("create_s", st.createDur.Seconds(), 2)
-	r.Float("create_per_s", float64(st.created)/st.createDur.Seconds(), 1)
-	r.Int("create_errors", st.createErrs)
-	r.Int("expired", st.expired)
-	r.Ms("renew_lag_max_ms", st.maxLag)
-	r.Float("session_ttl_s", cfg.sessionTTL.Seconds(), 0)
-	return r
-}
-
 // ---- ping: is the server up and serving writes and linearizable reads?
 
 func (b *bench) ping(ctx context.Context) (*Result, error) {

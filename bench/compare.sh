@@ -1,0 +1,374 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of holdfast against etcd and ZooKeeper on this
+# machine: installs the peers from Debian if missing, builds holdfast and the
+# load generators, starts all three on loopback with durable storage in a
+# temporary directory, runs every workload against each (interleaved, so
+# they share the machine's conditions), repeats, and prints the medians with
+# holdfast/best-peer ratios. Everything it starts is stopped on exit.
+#
+# See bench/README.md. Run from anywhere: bench/compare.sh -h
+set -euo pipefail
+
+WORKLOADS="session-churn,lock-own,lock-contend,put,get-consistent,watch-wake,sessions-keepalive"
+TARGETS="holdfast,etcd,zk"
+DURATION=10s
+KA_DURATION=30s
+RUNS=3
+CLIENTS=0
+HF_SESSIONS=100000
+ETCD_SESSIONS=10000
+ZK_SESSIONS=0
+INSTALL=1
+OUT=""
+HOLDFAST_ARGS=${HOLDFAST_ARGS:-}
+
+usage() {
+	cat <<EOF
+usage: bench/compare.sh [options]
+  -w LIST   workloads, comma-separated (default: $WORKLOADS)
+  -t LIST   targets, comma-separated, from holdfast,etcd,zk (default: $TARGETS)
+  -d DUR    measured duration of each run (default: $DURATION)
+  -k DUR    measured duration of sessions-keepalive (default: $KA_DURATION)
+  -r N      runs per workload and target; the median is reported (default: $RUNS)
+  -c N      clients for every workload (default: each workload's own, see README)
+  -s N      holdfast sessions for sessions-keepalive (default: $HF_SESSIONS)
+  -e N      etcd leases for sessions-keepalive (default: $ETCD_SESSIONS)
+  -z N      ZooKeeper sessions (connections) for sessions-keepalive, 0 = skip (default: $ZK_SESSIONS)
+  -o FILE   also append every raw result line to FILE
+  -n        do not install missing packages
+Environment: HOLDFAST_ARGS adds flags to 'holdfast agent'.
+EOF
+}
+
+while getopts "w:t:d:k:r:c:s:e:z:o:nh" opt; do
+	case $opt in
+	w) WORKLOADS=$OPTARG ;;
+	t) TARGETS=$OPTARG ;;
+	d) DURATION=$OPTARG ;;
+	k) KA_DURATION=$OPTARG ;;
+	r) RUNS=$OPTARG ;;
+	c) CLIENTS=$OPTARG ;;
+	s) HF_SESSIONS=$OPTARG ;;
+	e) ETCD_SESSIONS=$OPTARG ;;
+	z) ZK_SESSIONS=$OPTARG ;;
+	o) OUT=$OPTARG ;;
+	n) INSTALL=0 ;;
+	h) usage; exit 0 ;;
+	*) usage >&2; exit 2 ;;
+	esac
+done
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/holdfast-compare.XXXXXX")
+RESULTS=$TMP/results.txt
+: >"$RESULTS"
+
+log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+has() { [[ ",$1," == *",$2,"* ]]; }
+
+# Seconds in a Go-style duration like 10s, 1500ms, 2m (for timeouts only).
+secs() {
+	local d=$1
+	case $d in
+	*ms) echo $(((${d%ms} + 999) / 1000)) ;;
+	*s) echo "${d%s}" ;;
+	*m) echo $((${d%m} * 60)) ;;
+	*) echo 60 ;;
+	esac
+}
+
+# ---- processes we start, and stopping them
+
+declare -A PID=()
+stop() {
+	local t=$1 p=${PID[$1]:-}
+	[[ -n $p ]] || return 0
+	if kill -0 "$p" 2>/dev/null; then
+		kill -TERM "$p" 2>/dev/null || true
+		for _ in $(seq 1 100); do
+			kill -0 "$p" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$p" 2>/dev/null || true
+	fi
+	wait "$p" 2>/dev/null || true
+	PID[$t]=""
+}
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	for t in "${!PID[@]}"; do stop "$t"; done
+	if [[ -n ${KEEP_TMP:-} ]]; then
+		log "kept $TMP"
+	else
+		rm -rf "$TMP"
+	fi
+	exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# free_port sets PORT to a port on 127.0.0.1 that nothing answers on and
+# that this script has not handed out before.
+USED_PORTS=" "
+free_port() {
+	local p
+	for _ in $(seq 1 200); do
+		p=$((20000 + RANDOM % 20000))
+		[[ $USED_PORTS == *" $p "* ]] && continue
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			USED_PORTS="$USED_PORTS$p "
+			PORT=$p
+			return 0
+		fi
+	done
+	log "no free port found"
+	return 1
+}
+
+# ---- install
+
+install_pkgs() {
+	local need=()
+	if has "$TARGETS" etcd && ! command -v etcd >/dev/null; then need+=(etcd-server); fi
+	if has "$TARGETS" zk; then
+		[[ -f /usr/share/java/zookeeper.jar ]] || need+=(zookeeper)
+		command -v java >/dev/null || need+=(default-jre-headless)
+	fi
+	((${#need[@]})) || return 0
+	if ((!INSTALL)); then
+		log "missing packages ${need[*]} and -n given"
+		exit 1
+	fi
+	local sudo=""
+	[[ $(id -u) == 0 ]] || sudo=sudo
+	log "installing ${need[*]}"
+	# Keep the packages' own services (a system etcd on :2379) from starting.
+	local policy=/usr/sbin/policy-rc.d made_policy=0
+	if [[ ! -e $policy ]]; then
+		printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+		$sudo chmod +x "$policy"
+		made_policy=1
+	fi
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+	((made_policy)) && $sudo rm -f "$policy"
+	return 0
+}
+
+# ---- build
+
+build() {
+	log "building load generators"
+	(cd "$ROOT" && go build -o "$TMP/loadgen" ./bench/loadgen)
+	(cd "$ROOT/bench/peers" && go build -o "$TMP/peers" .)
+	if has "$TARGETS" holdfast; then
+		log "building holdfast"
+		if ! (cd "$ROOT" && go build -o "$TMP/holdfast" ./cmd/holdfast) >"$TMP/holdfast-build.log" 2>&1; then
+			log "holdfast does not build (see below): unavailable"
+			sed 's/^/  /' "$TMP/holdfast-build.log" >&2
+			TARGETS=$(echo ",$TARGETS," | sed 's/,holdfast,/,/; s/^,//; s/,$//')
+			UNAVAILABLE="${UNAVAILABLE:-} holdfast"
+		fi
+	fi
+}
+
+# ---- servers: start_<t> starts a fresh one (new data dir) and waits until it serves
+
+ADDR_holdfast="" ADDR_etcd="" ADDR_zk=""
+GEN=0
+
+start_etcd() {
+	GEN=$((GEN + 1))
+	local dir=$TMP/etcd-$GEN cp pp
+	free_port && cp=$PORT && free_port && pp=$PORT || return 1
+	mkdir -p "$dir"
+	etcd --name bench --data-dir "$dir/data" \
+		--listen-client-urls "http://127.0.0.1:$cp" --advertise-client-urls "http://127.0.0.1:$cp" \
+		--listen-peer-urls "http://127.0.0.1:$pp" --initial-advertise-peer-urls "http://127.0.0.1:$pp" \
+		--initial-cluster "bench=http://127.0.0.1:$pp" --initial-cluster-state new \
+		--quota-backend-bytes 8589934592 --logger zap --log-outputs stderr --log-level warn \
+		>"$dir/log" 2>&1 &
+	PID[etcd]=$!
+	ADDR_etcd=127.0.0.1:$cp
+	"$TMP/peers" -target etcd -addr "$ADDR_etcd" -workload ping -duration 60s -quiet >/dev/null
+}
+
+start_zk() {
+	GEN=$((GEN + 1))
+	local dir=$TMP/zk-$GEN p
+	free_port && p=$PORT || return 1
+	mkdir -p "$dir/data"
+	cat >"$dir/zoo.cfg" <<EOF
+tickTime=2000
+dataDir=$dir/data
+clientPort=$p
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+maxSessionTimeout=120000
+admin.enableServer=false
+autopurge.purgeInterval=1
+EOF
+	# -Xmx as zkEnv.sh's default; forceSync (fsync per commit) is on by default.
+	java -Xmx1000m -Dzookeeper.log.dir="$dir" -Djava.io.tmpdir="$dir" \
+		-cp "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar" \
+		org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" >"$dir/log" 2>&1 &
+	PID[zk]=$!
+	ADDR_zk=127.0.0.1:$p
+	"$TMP/peers" -target zk -addr "$ADDR_zk" -workload ping -duration 60s -quiet >/dev/null
+}
+
+start_holdfast() {
+	GEN=$((GEN + 1))
+	local dir=$TMP/holdfast-$GEN p
+	free_port && p=$PORT || return 1
+	mkdir -p "$dir/data"
+	# shellcheck disable=SC2086
+	"$TMP/holdfast" agent -data-dir "$dir/data" -http-addr "127.0.0.1:$p" $HOLDFAST_ARGS >"$dir/log" 2>&1 &
+	PID[holdfast]=$!
+	ADDR_holdfast=127.0.0.1:$p
+	sleep 0.3
+	if ! kill -0 "${PID[holdfast]}" 2>/dev/null; then
+		wait "${PID[holdfast]}" 2>/dev/null || true
+		PID[holdfast]=""
+		log "holdfast agent exited at once: $(head -c 300 "$dir/log")"
+		return 1
+	fi
+	"$TMP/loadgen" -addr "$ADDR_holdfast" -workload ping -duration 60s -quiet >/dev/null
+}
+
+# start T: (re)start target T fresh; on failure drop it from TARGETS.
+start() {
+	local t=$1
+	stop "$t"
+	log "starting $t"
+	if ! "start_$t"; then
+		log "$t did not come up: unavailable (log: $(ls -d "$TMP/$t-$GEN" 2>/dev/null))"
+		tail -n 20 "$TMP/$t-$GEN/log" >&2 2>/dev/null || true
+		stop "$t"
+		TARGETS=$(echo ",$TARGETS," | sed "s/,$t,/,/; s/^,//; s/,\$//")
+		UNAVAILABLE="${UNAVAILABLE:-} $t"
+		return 1
+	fi
+	log "$t ready on $(eval echo "\$ADDR_$t") (pid ${PID[$t]})"
+}
+
+# ---- one run
+
+run_one() {
+	local t=$1 w=$2 dur=$DURATION extra=() line
+	local addr
+	addr=$(eval echo "\$ADDR_$t")
+	if [[ $w == sessions-keepalive ]]; then
+		dur=$KA_DURATION
+		case $t in
+		holdfast) extra=(-sessions "$HF_SESSIONS") ;;
+		etcd) extra=(-sessions "$ETCD_SESSIONS") ;;
+		zk) extra=(-sessions "$ZK_SESSIONS" -session-ttl 60s) ;;
+		esac
+	fi
+	local cmd=("$TMP/peers" -target "$t")
+	[[ $t == holdfast ]] && cmd=("$TMP/loadgen")
+	local limit=$(($(secs "$dur") + 900))
+	line=$(timeout --kill-after=10 "$limit" "${cmd[@]}" -addr "$addr" -workload "$w" -duration "$dur" \
+		-clients "$CLIENTS" -pid "${PID[$t]}" -quiet "${extra[@]}" 2>>"$TMP/errors.log" | grep '^result ' || true)
+	if [[ -z $line ]]; then
+		line="result target=$t workload=$w failed=1"
+	fi
+	echo "$line" >>"$RESULTS"
+	if [[ -n $OUT ]]; then echo "$line" >>"$OUT"; fi
+	echo "$line" >&2
+}
+
+# ---- main
+
+install_pkgs
+build
+IFS=, read -r -a tlist <<<"$TARGETS"
+for t in "${tlist[@]}"; do start "$t" || true; done
+
+IFS=, read -r -a wlist <<<"$WORKLOADS"
+for w in "${wlist[@]}"; do
+	for r in $(seq 1 "$RUNS"); do
+		IFS=, read -r -a tl <<<"$TARGETS"
+		((${#tl[@]})) || break 2
+		# Rotate the order every run so that no target always goes first.
+		n=${#tl[@]}
+		for i in $(seq 0 $((n - 1))); do
+			t=${tl[$(((i + r) % n))]}
+			if [[ $w == sessions-keepalive ]]; then
+				[[ $t == zk && $ZK_SESSIONS == 0 ]] && continue
+				# Memory is measured from a freshly started, empty server.
+				start "$t" || continue
+			fi
+			log "run $r/$RUNS: $w on $t"
+			run_one "$t" "$w"
+		done
+	done
+done
+
+if [[ -s $TMP/errors.log ]]; then
+	log "some runs reported errors; first lines:"
+	sort "$TMP/errors.log" | uniq -c | sort -rn | head -n 10 >&2
+fi
+
+# ---- table: median per (workload, target, metric), ratio to the best peer
+echo
+echo "holdfast vs peers: median of $RUNS runs, ${DURATION} each (sessions-keepalive: $KA_DURATION)"
+[[ -n ${UNAVAILABLE:-} ]] && echo "unavailable:${UNAVAILABLE}"
+awk -v workloads="$WORKLOADS" '
+function med(key,   n, i, j, t, a) {
+	n = split(vals[key], a, " ")
+	if (n == 0 || vals[key] == "") return ""
+	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+	return (n % 2) ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
+}
+/^result / {
+	delete f
+	for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+	if (f["failed"] == 1) { failed[f["workload"] "|" f["target"]]++; next }
+	w = f["workload"]; t = f["target"]
+	if (w == "sessions-keepalive") {
+		if (f["sessions"] > 0 && f["rss_delta_mib"] != "") f["mib_per_10k"] = f["rss_delta_mib"] * 10000 / f["sessions"]
+	}
+	for (k in f) vals[w "|" t "|" k] = vals[w "|" t "|" k] (vals[w "|" t "|" k] == "" ? "" : " ") f[k]
+}
+END {
+	# metric list per workload: name:direction (+ higher is better, - lower is better)
+	m["session-churn"] = "rate:+ p50_ms:- p99_ms:-"
+	m["lock-own"] = "rate:+ p50_ms:- p99_ms:-"
+	m["lock-contend"] = "rate:+ acquires_per_s:+ p50_ms:- p99_ms:-"
+	m["put"] = "rate:+ p50_ms:- p99_ms:-"
+	m["get-consistent"] = "rate:+ p50_ms:- p99_ms:-"
+	m["watch-wake"] = "p50_ms:- p99_ms:- rate:+"
+	m["sessions-keepalive"] = "sessions:= rss_delta_mib:- mib_per_10k:- cpu_pct:- create_per_s:+ p99_ms:-"
+	label["rate"] = "rate/s"; label["p50_ms"] = "p50 ms"; label["p99_ms"] = "p99 ms"
+	split("holdfast etcd zk", tg, " ")
+	printf "%-19s %-15s %12s %12s %12s %12s %9s\n", "workload", "metric", "holdfast", "etcd", "zk", "best peer", "hf/best"
+	nw = split(workloads, wl, ",")
+	for (wi = 1; wi <= nw; wi++) {
+		w = wl[wi]
+		if (!(w in m)) continue
+		nm = split(m[w], ml, " ")
+		for (mi = 1; mi <= nm; mi++) {
+			split(ml[mi], md, ":"); k = md[1]; dir = md[2]
+			name = (k in label) ? label[k] : k
+			if (w == "lock-contend" && k == "rate") name = "handoffs/s"
+			if (w == "lock-contend" && k ~ /_ms$/) name = "gap " name
+			best = ""
+			for (ti = 1; ti <= 3; ti++) {
+				v[ti] = med(w "|" tg[ti] "|" k)
+				if (ti > 1 && v[ti] != "" && dir != "=") {
+					if (best == "" || (dir == "+" && v[ti] + 0 > best + 0) || (dir == "-" && v[ti] + 0 < best + 0)) best = v[ti]
+				}
+			}
+			ratio = (v[1] != "" && best != "" && best + 0 != 0) ? sprintf("%.2f", v[1] / best) : "-"
+			if (v[1] == "" && v[2] == "" && v[3] == "") continue
+			printf "%-19s %-15s %12s %12s %12s %12s %9s\n", w, name, fmt(v[1]), fmt(v[2]), fmt(v[3]), fmt(best), ratio
+		}
+	}
+	for (k in failed) printf "failed runs: %s x%d\n", k, failed[k]
+	print "hf/best: holdfast divided by the best peer; for rates above 1 is better, for ms, MiB and cpu% below 1 is."
+}
+function fmt(x) { if (x == "") return "-"; return (x + 0 >= 100) ? sprintf("%.0f", x) : sprintf("%.3g", x) }
+' "$RESULTS"
