@@ -119,18 +119,12 @@ func KindOf(err error) Kind {
 // StatusOf is the HTTP status for err.
 func StatusOf(err error) int { return statusOf[KindOf(err)] }
 
-// messageOf is the body sent for err: its text, with the decoration the
-// state package adds when it wraps a sentinel ("invalid request: …",
-// "…: Missing check registration") taken off so the sentence reads well.
+// messageOf is the body sent for err: its text, less the "invalid request: "
+// the state package puts before the sentence when it wraps that sentinel.
 func messageOf(err error) string {
 	msg := err.Error()
 	if p := state.ErrInvalidRequest.Error() + ": "; strings.HasPrefix(msg, p) && len(msg) > len(p) {
 		msg = msg[len(p):]
-	}
-	for _, s := range []error{state.ErrMissingCheck, state.ErrCriticalCheck} {
-		if suf := ": " + s.Error(); strings.HasSuffix(msg, suf) && len(msg) > len(suf) {
-			msg = msg[:len(msg)-len(suf)]
-		}
 	}
 	return msg
 }

@@ -94,6 +94,7 @@ func (h *handler) read(w http.ResponseWriter, r *http.Request, ro *readOpts, eva
 	}
 	ctx := r.Context()
 	var index uint64
+	var wasFound bool
 	q := func(ws watch.Set) (uint64, bool, error) {
 		if ro.mode == modeConsistent {
 			if err := h.b.ConsistentRead(ctx); err != nil {
@@ -102,7 +103,13 @@ func (h *handler) read(w http.ResponseWriter, r *http.Request, ro *readOpts, eva
 		}
 		idx, found := eval(h.b.State(), ws)
 		index = idx
-		return idx, found, nil
+		// Only an object that is *still* missing may be re-baselined by
+		// watch.Block; one that existed at the previous evaluation and is
+		// gone now is a change the client must see (a deleted lock key, a
+		// destroyed session), so report it as found.
+		report := found || wasFound
+		wasFound = found
+		return idx, report, nil
 	}
 	wo := watch.Options{MinIndex: ro.index}
 	if ro.index > 0 {
