@@ -185,6 +185,7 @@ type fakeBackend struct {
 	failWrites  error // returned by every write when set
 	failRead    error // returned by ConsistentRead when set
 	consistent  atomic.Int64
+	reads       atomic.Int64 // calls of State(): one per evaluation of a read
 	lastKV      *state.KVRequest
 	lastSession *state.Session
 	lastTxn     []*state.TxnOp
@@ -222,7 +223,7 @@ func (f *fakeBackend) index() uint64 {
 	return f.idx
 }
 
-func (f *fakeBackend) State() *state.Store { return f.store }
+func (f *fakeBackend) State() *state.Store { f.reads.Add(1); return f.store }
 func (f *fakeBackend) NodeName() string    { return testNode }
 func (f *fakeBackend) Datacenter() string  { return testDC }
 
@@ -404,6 +405,25 @@ func (e *env) doCtx(ctx context.Context, method, target string, body string) *re
 func (e *env) async(method, target, body string) <-chan *resp {
 	ch := make(chan *resp, 1)
 	go func() { ch <- e.doCtx(context.Background(), method, target, body) }()
+	return ch
+}
+
+// block starts a blocking read in a goroutine and returns once it has
+// evaluated at least once and armed its timer: from then on any write it
+// depends on wakes it (memdb's watch channels were taken at the read).
+func (e *env) block(method, target string) <-chan *resp {
+	e.t.Helper()
+	before := e.b.reads.Load()
+	timers := e.clk.Timers()
+	ch := e.async(method, target, "")
+	deadline := time.Now().Add(5 * time.Second)
+	for e.b.reads.Load() == before {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s %s never evaluated", method, target)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	e.clk.WaitTimers(e.t, timers+1)
 	return ch
 }
 
