@@ -1,0 +1,95 @@
+package httpapi
+
+import (
+	"testing"
+)
+
+func TestCatalogRegisterAndRead(t *testing.T) {
+	e := newEnv(t)
+	e.do("PUT", "/v1/catalog/register", `{"Node":"web1","Address":"10.0.0.1","ID":"b1f2c3d4-0000-4000-8000-000000000001",
+		"TaggedAddresses":{"lan":"10.0.0.1"},"NodeMeta":{"rack":"r1"},
+		"Service":{"ID":"web-1","Service":"web","Tags":["v1"],"Port":80,"Weights":{"Passing":1}},
+		"Check":{"CheckID":"web-alive","Name":"alive","Status":"passing","ServiceID":"web-1",
+			"Definition":{"HTTP":"http://10.0.0.1/","Interval":"10s"}},
+		"Checks":[{"CheckID":"disk","Status":"warning"}]}`).want(t, 200, "true")
+
+	var nodes []map[string]interface{}
+	r := e.do("GET", "/v1/catalog/nodes", "").want(t, 200, "*")
+	r.json(t, &nodes)
+	if len(nodes) != 2 || nodes[1]["Node"] != "web1" || nodes[1]["Address"] != "10.0.0.1" {
+		t.Fatalf("nodes %v", nodes)
+	}
+	if r.Header.Get("X-Consul-Index") == "" {
+		t.Fatal("no index")
+	}
+
+	var ns struct {
+		Node     map[string]interface{}
+		Services map[string]map[string]interface{}
+	}
+	e.do("GET", "/v1/catalog/node/web1", "").want(t, 200, "*").json(t, &ns)
+	if ns.Node["Node"] != "web1" || ns.Services["web-1"]["Service"] != "web" || ns.Services["web-1"]["Port"] != float64(80) {
+		t.Fatalf("node services %+v", ns)
+	}
+	e.do("GET", "/v1/catalog/node/nobody", "").want(t, 200, "null")
+	e.do("GET", "/v1/catalog/node/", "").want(t, 400, "Missing node name")
+
+	var checks []map[string]interface{}
+	e.do("GET", "/v1/health/node/web1", "").want(t, 200, "*").json(t, &checks)
+	if len(checks) != 2 {
+		t.Fatalf("checks %v", checks)
+	}
+	byID := map[string]map[string]interface{}{}
+	for _, c := range checks {
+		byID[c["CheckID"].(string)] = c
+	}
+	if byID["web-alive"]["ServiceName"] != "web" || byID["disk"]["Status"] != "warning" {
+		t.Fatalf("checks %v", byID)
+	}
+	if tags, ok := byID["disk"]["ServiceTags"].([]interface{}); !ok || len(tags) != 0 {
+		t.Fatalf("ServiceTags %#v, want []", byID["disk"]["ServiceTags"])
+	}
+	e.do("GET", "/v1/health/node/nobody", "").want(t, 200, "[]")
+
+	e.do("PUT", "/v1/catalog/deregister", `{"Node":"web1","ServiceID":"web-1"}`).want(t, 200, "true")
+	e.do("GET", "/v1/health/node/web1", "").json(t, &checks)
+	if len(checks) != 1 {
+		t.Fatalf("after service deregister: %v", checks)
+	}
+	e.do("PUT", "/v1/catalog/deregister", `{"Node":"web1"}`).want(t, 200, "true")
+	e.do("GET", "/v1/catalog/node/web1", "").want(t, 200, "null")
+}
+
+func TestCatalogRegisterErrors(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct{ body, want string }{
+		{``, "Missing node registration: the request body is empty"},
+		{`{"Address":"1.2.3.4"}`, "Must provide node"},
+		{`{"Node":"n"}`, "Must provide address if SkipNodeUpdate is not set"},
+		{`{"Node":"n","Address":"a","Check":{"Node":"m","CheckID":"c"}}`, `Check "c" belongs to node "m", not "n"`},
+		{`{"Node":"n","Address":"a","Check":{"CheckID":"c","Status":"sad"}}`,
+			`Invalid check status "sad": must be passing, warning or critical`},
+		{`{"Node":"n","Address":"a","Check":{"Name":"no id"}}`, "Must provide a CheckID"},
+		{`{"Node":"n","Address":"a","Service":{"ID":"x"}}`, "Must provide service name"},
+		{`{"Node":5}`, "*"},
+	} {
+		e.do("PUT", "/v1/catalog/register", c.body).want(t, 400, c.want)
+	}
+	e.do("PUT", "/v1/catalog/register", `{"Node":"node1","SkipNodeUpdate":true,"Check":{"CheckID":"x","Status":"passing"}}`).
+		want(t, 200, "true")
+	e.do("PUT", "/v1/catalog/deregister", ``).want(t, 400, "Must provide node")
+	e.do("PUT", "/v1/catalog/deregister", `{"Node":"n","CheckID":"a","ServiceID":"b"}`).
+		want(t, 400, "Give CheckID or ServiceID, not both")
+	e.do("PUT", "/v1/catalog/deregister", `{"Node":"ghost"}`).want(t, 200, "true")
+}
+
+func TestAgentAndStatus(t *testing.T) {
+	e := newEnv(t)
+	var self struct{ Config map[string]interface{} }
+	e.do("GET", "/v1/agent/self", "").want(t, 200, "*").json(t, &self)
+	if self.Config["NodeName"] != testNode || self.Config["Datacenter"] != testDC {
+		t.Fatalf("self %v", self)
+	}
+	e.do("GET", "/v1/status/leader", "").want(t, 200, `"127.0.0.1:8300"`)
+	e.do("GET", "/v1/status/peers", "").want(t, 200, `["127.0.0.1:8300"]`)
+}

@@ -1,0 +1,105 @@
+package httpapi
+
+import (
+	"testing"
+)
+
+func TestPreparedQueries(t *testing.T) {
+	e := newEnv(t)
+	s := e.createSession("")
+	r := e.do("POST", "/v1/query", `{"Name":"web","Session":"`+s+`","Service":{"Service":"web","OnlyPassing":true,
+		"Failover":{"NearestN":3}},"DNS":{"TTL":"10s"}}`).want(t, 200, "*")
+	var created struct{ ID string }
+	r.json(t, &created)
+	if created.ID == "" {
+		t.Fatal("no ID")
+	}
+
+	var got []map[string]interface{}
+	e.do("GET", "/v1/query/"+created.ID, "").want(t, 200, "*").json(t, &got)
+	if len(got) != 1 || got[0]["Name"] != "web" || got[0]["Session"] != s ||
+		got[0]["Service"].(map[string]interface{})["OnlyPassing"] != true {
+		t.Fatalf("query %v", got)
+	}
+	e.do("GET", "/v1/query", "").want(t, 200, "*").json(t, &got)
+	if len(got) != 1 {
+		t.Fatalf("list %v", got)
+	}
+
+	e.do("PUT", "/v1/query/"+created.ID, `{"Name":"web2","Service":{"Service":"web"}}`).want(t, 200, "")
+	e.do("GET", "/v1/query/"+created.ID, "").json(t, &got)
+	if got[0]["Name"] != "web2" || got[0]["ID"] != created.ID {
+		t.Fatalf("after update %v", got)
+	}
+	e.do("PUT", "/v1/query/nope", `{"Service":{"Service":"web"}}`).want(t, 404, "Cannot modify non-existent prepared query: 'nope'")
+
+	e.do("DELETE", "/v1/query/"+created.ID, "").want(t, 200, "")
+	e.do("GET", "/v1/query/"+created.ID, "").want(t, 404, "Query not found")
+	e.do("DELETE", "/v1/query/"+created.ID, "").want(t, 404, "query not found")
+	e.do("GET", "/v1/query", "").want(t, 200, "[]")
+}
+
+func TestPreparedQueryErrors(t *testing.T) {
+	e := newEnv(t)
+	e.do("POST", "/v1/query", `{"Name":"x"}`).want(t, 400, "Must provide a Service name to query")
+	e.do("POST", "/v1/query", `{"Service":{"Service":"web"},"Session":"ghost"}`).want(t, 400, `invalid session "ghost"`)
+	e.do("POST", "/v1/query", `{"Service":{"Service":"web"},"Template":{"Type":"name_prefix_match"}}`).
+		want(t, 400, "Prepared query templates are not supported")
+	e.do("POST", "/v1/query", `{`).want(t, 400, "Request decode failed: unexpected EOF")
+	e.do("GET", "/v1/query/abc/execute", "").want(t, 501, "Prepared query execute is not implemented yet")
+	e.do("GET", "/v1/query/abc/explain", "").want(t, 501, "Prepared query explain is not implemented yet")
+	e.do("GET", "/v1/query/abc/other", "").want(t, 404, `Invalid URL path: unknown prepared query action "other"`)
+	e.do("GET", "/v1/query/", "").want(t, 400, "Missing query ID")
+
+	// A query bound to a session goes when the session does.
+	s := e.createSession("")
+	e.do("POST", "/v1/query", `{"Service":{"Service":"web"},"Session":"`+s+`"}`).want(t, 200, "*")
+	e.do("PUT", "/v1/session/destroy/"+s, "").want(t, 200, "true")
+	e.do("GET", "/v1/query", "").want(t, 200, "[]")
+}
+
+func TestFence(t *testing.T) {
+	e := newEnv(t)
+	s1 := e.createSession(`{"LockDelay":0}`)
+	s2 := e.createSession(`{"LockDelay":0}`)
+	e.do("PUT", "/v1/kv/res/lock?acquire="+s1, "").want(t, 200, "true")
+
+	before := e.b.consistent.Load()
+	r := e.do("GET", "/v1/fence/res/lock?session="+s1+"&lock-index=1", "").
+		want(t, 200, `{"Valid":true,"Session":"`+s1+`","LockIndex":1}`)
+	if r.Header.Get("X-Consul-Effective-Consistency") != "consistent" || e.b.consistent.Load() != before+1 {
+		t.Fatal("fence check is not consistent by default")
+	}
+	if r.Header.Get("X-Consul-Index") != u64(getEntry(t, e, "res/lock").ModifyIndex) {
+		t.Fatalf("index %s", r.Header.Get("X-Consul-Index"))
+	}
+	r = e.do("GET", "/v1/fence/res/lock?stale&session="+s1+"&lock-index=1", "").want(t, 200, "*")
+	if r.Header.Get("X-Consul-Effective-Consistency") != "stale" {
+		t.Fatal("?stale ignored")
+	}
+	e.do("GET", "/v1/fence/res/lock?session="+s1+"&lock-index=2", "").
+		want(t, 200, `{"Valid":false,"Session":"`+s1+`","LockIndex":1}`)
+	e.do("GET", "/v1/fence/res/lock?session="+s2+"&lock-index=1", "").
+		want(t, 200, `{"Valid":false,"Session":"`+s1+`","LockIndex":1}`)
+
+	e.do("PUT", "/v1/kv/res/lock?release="+s1, "").want(t, 200, "true")
+	e.do("PUT", "/v1/kv/res/lock?acquire="+s2, "").want(t, 200, "true")
+	e.do("GET", "/v1/fence/res/lock?session="+s1+"&lock-index=1", "").
+		want(t, 200, `{"Valid":false,"Session":"`+s2+`","LockIndex":2}`)
+	e.do("GET", "/v1/fence/none?session="+s1+"&lock-index=1", "").
+		want(t, 200, `{"Valid":false,"Session":"","LockIndex":0}`)
+
+	e.do("GET", "/v1/fence/res/lock?lock-index=1", "").want(t, 400, "Missing session: give the sequencer's ?session=")
+	e.do("GET", "/v1/fence/res/lock?session=x", "").want(t, 400, "Missing lock-index: give the sequencer's ?lock-index=")
+	e.do("GET", "/v1/fence/res/lock?session=x&lock-index=0", "").want(t, 400, "Invalid lock-index 0: a held lock's index is at least 1")
+	e.do("GET", "/v1/fence/res/lock?session=x&lock-index=q", "").
+		want(t, 400, `Invalid lock-index "q": must be an unsigned 64-bit integer`)
+	e.do("GET", "/v1/fence/?session=x&lock-index=1", "").want(t, 400, "Missing key name")
+	e.do("GET", "/v1/fence/a/../b?session=x&lock-index=1", "").want(t, 400, `Invalid key "a/../b": ".." path segments are not allowed`)
+
+	// Blocking: the check wakes when the sequencer goes stale.
+	cur := e.do("GET", "/v1/fence/res/lock?session="+s2+"&lock-index=2", "").want(t, 200, "*")
+	ch := e.block("GET", "/v1/fence/res/lock?session="+s2+"&lock-index=2&index="+cur.Header.Get("X-Consul-Index"))
+	e.do("PUT", "/v1/session/destroy/"+s2, "").want(t, 200, "true")
+	recv(t, ch).want(t, 200, `{"Valid":false,"Session":"","LockIndex":2}`)
+}
