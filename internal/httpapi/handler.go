@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -193,15 +195,20 @@ func (h *handler) checkDatacenter(r *http.Request) error {
 	return invalidf("Unknown datacenter %q: this server only serves %q", dc, h.b.Datacenter())
 }
 
-// fail writes err as a plain-text sentence with the status of its Kind.
-// A request whose client has gone away gets nothing written.
+// errCancelled answers a request whose context ended while it waited: the
+// client went away (then nobody reads it) or the server is shutting down
+// (then a 500 makes Consul's clients retry elsewhere).
+var errCancelled = &Error{Kind: KindUnavailable, Msg: "Request cancelled: the client went away or the server is shutting down"}
+
+// fail writes err as a plain-text sentence with the status of its Kind,
+// and logs server-side failures.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil {
-		return
+	if r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		err = errCancelled
 	}
 	kind := KindOf(err)
 	status := statusOf[kind]
-	if status >= 500 && kind != KindNotImplemented {
+	if status >= 500 && kind != KindNotImplemented && err != errCancelled {
 		h.opts.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -218,7 +218,7 @@ func TestBlockingClientGoneStopsQuery(t *testing.T) {
 	go func() { done <- e.doCtx(ctx, "GET", "/v1/kv/k?index="+u64(idx), "") }()
 	e.clk.WaitTimers(t, 1)
 	cancel()
-	recv(t, done)
+	recv(t, done).want(t, 500, errCancelled.Msg)
 	deadline := time.Now().Add(5 * time.Second)
 	for e.clk.Timers() != 0 {
 		if time.Now().After(deadline) {
