@@ -1,0 +1,225 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/coreos/etcd/pkg/fileutil"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
+	"github.com/hashicorp/raft-wal/types"
+)
+
+// On-disk layout of raft's storage under a server's data directory:
+//
+//	<dir>/raft/                 raft-wal: 64 MiB segment files (*.wal) plus
+//	                            wal-meta.db, which also holds the StableStore keys
+//	<dir>/raft/holdfast.lock    held while a process has the stores open
+//	<dir>/snapshots/            raft.FileSnapshotStore
+//
+// The log store is hashicorp/raft-wal; bench/logstore/README.md has the
+// measurements that chose it over raft-boltdb. raft-wal has no switch to turn
+// fsync off: every StoreLogs ends with one fsync of the tail segment (and, the
+// first time a new segment is synced, of its directory) before it returns.
+const (
+	raftDirName       = "raft"
+	raftLockName      = "holdfast.lock"
+	logCacheSize      = 512
+	snapshotsRetained = 2
+	// snapshotDirName is the folder raft.FileSnapshotStore creates under its
+	// base directory; it is made here first so it gets our permissions.
+	snapshotDirName = "snapshots"
+)
+
+// stores is the durable (or in-memory) storage raft runs on.
+type stores struct {
+	log    raft.LogStore
+	stable raft.StableStore
+	snaps  raft.SnapshotStore
+	close  func() error
+}
+
+// openStores opens raft's storage under dir: the raft-wal log store in
+// dir/raft/ (it is the StableStore too), fronted by a raft.LogCache of 512
+// entries, and a file snapshot store keeping 2 snapshots in dir/snapshots/.
+// Directories it creates get mode 0700. A lock file in dir/raft/ makes a
+// second opener of the same dir fail at once instead of waiting forever.
+//
+// dir == "" selects in-memory stores (for -dev and tests); nothing survives
+// close then.
+//
+// The caller must call close once raft has shut down.
+func openStores(dir string, logger hclog.Logger) (*stores, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	if dir == "" {
+		return openInmemStores()
+	}
+	return openDiskStores(dir, logger, fs.New())
+}
+
+func openInmemStores() (*stores, error) {
+	mem := raft.NewInmemStore()
+	// The cache adds nothing to an in-memory store, but keeping it means -dev
+	// and the tests exercise the same LogStore stack as a real server.
+	cached, err := raft.NewLogCache(logCacheSize, mem)
+	if err != nil {
+		return nil, fmt.Errorf("server: raft log cache: %w", err)
+	}
+	return &stores{
+		log:    cached,
+		stable: mem,
+		snaps:  raft.NewInmemSnapshotStore(),
+		close:  func() error { return nil },
+	}, nil
+}
+
+// openDiskStores is openStores for a real directory. vfs is the file system
+// raft-wal writes its segments through: fs.New() in production, a wrapper in
+// tests that checks every write is synced before StoreLogs returns.
+func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS) (*stores, error) {
+	raftDir := filepath.Join(dir, raftDirName)
+	for _, d := range []string{dir, raftDir, filepath.Join(dir, snapshotDirName)} {
+		if err := makeDir(d); err != nil {
+			return nil, err
+		}
+	}
+
+	lock, err := lockDir(raftDir)
+	if err != nil {
+		return nil, err
+	}
+
+	// The meta store is passed in, although it is the default one, because
+	// WAL.Close in raft-wal v0.4.0 never closes it: its bbolt file, and the
+	// flock bbolt holds on it, would stay open until the process exits, and
+	// the next wal.Open of this directory in the same process would block
+	// on that flock forever. So we close it ourselves after the WAL.
+	meta := &metadb.BoltMetaDB{}
+	w, err := wal.Open(raftDir,
+		wal.WithLogger(logger.Named("wal")),
+		wal.WithMetaStore(meta),
+		wal.WithSegmentFiler(segment.NewFiler(raftDir, vfs)),
+	)
+	if err != nil {
+		meta.Close()
+		lock.Close()
+		return nil, fmt.Errorf("server: open raft log in %s: %w", raftDir, err)
+	}
+	fail := func(err error) (*stores, error) {
+		w.Close()
+		meta.Close()
+		lock.Close()
+		return nil, err
+	}
+
+	cached, err := raft.NewLogCache(logCacheSize, w)
+	if err != nil {
+		return fail(fmt.Errorf("server: raft log cache: %w", err))
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, logger.Named("snapshot"))
+	if err != nil {
+		return fail(fmt.Errorf("server: open raft snapshots in %s: %w", dir, err))
+	}
+
+	var (
+		once     sync.Once
+		closeErr error
+	)
+	closeFn := func() error {
+		once.Do(func() {
+			// The WAL, then its meta store, then the lock, so the lock is
+			// only released once every file under raftDir is closed.
+			if err := w.Close(); err != nil {
+				closeErr = fmt.Errorf("server: close raft log: %w", err)
+			}
+			if err := meta.Close(); err != nil {
+				closeErr = errors.Join(closeErr, fmt.Errorf("server: close raft meta store: %w", err))
+			}
+			if err := lock.Close(); err != nil {
+				closeErr = errors.Join(closeErr, fmt.Errorf("server: release raft lock: %w", err))
+			}
+		})
+		return closeErr
+	}
+	return &stores{log: cached, stable: w, snaps: snaps, close: closeFn}, nil
+}
+
+// makeDir creates d with mode 0700 if it is missing and then syncs its parent,
+// so the new directory entry survives a crash along with what is later
+// written inside it. An existing directory is left as it is.
+func makeDir(d string) error {
+	if fi, err := os.Stat(d); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("server: %s exists and is not a directory", d)
+		}
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("server: %w", err)
+	}
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		return fmt.Errorf("server: create %s: %w", d, err)
+	}
+	if err := syncDir(filepath.Dir(d)); err != nil {
+		return fmt.Errorf("server: sync parent of %s: %w", d, err)
+	}
+	return nil
+}
+
+func syncDir(d string) error {
+	if runtime.GOOS == "windows" {
+		// Directories cannot be opened for syncing there; NTFS journals
+		// directory changes itself.
+		return nil
+	}
+	f, err := os.Open(d)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// lockDir takes an exclusive, non-blocking lock on raftDir's lock file and
+// writes our pid into it for the error message a second opener gets.
+//
+// The lock is needed because the bbolt file inside raft-wal (wal-meta.db) is
+// opened with no lock timeout: without ours, a second process opening the
+// same directory would block in wal.Open forever rather than fail. On Linux
+// this is an open-file-description lock, so a second open from this same
+// process is refused as well.
+func lockDir(raftDir string) (*fileutil.LockedFile, error) {
+	path := filepath.Join(raftDir, raftLockName)
+	lock, err := fileutil.TryLockFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if errors.Is(err, fileutil.ErrLocked) {
+		holder := ""
+		if b, rerr := os.ReadFile(path); rerr == nil {
+			if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil {
+				holder = fmt.Sprintf(" by pid %d", pid)
+			}
+		}
+		return nil, fmt.Errorf("server: raft storage %s is already in use%s (lock file %s is held)", raftDir, holder, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("server: lock raft storage: %w", err)
+	}
+	// The pid is only a hint for humans; failing to record it is not fatal.
+	if err := lock.Truncate(0); err == nil {
+		_, _ = lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return lock, nil
+}

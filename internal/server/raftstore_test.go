@@ -1,0 +1,394 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/types"
+)
+
+// testLogs returns entries first..first+n-1 with distinct payloads.
+func testLogs(first uint64, n int) []*raft.Log {
+	logs := make([]*raft.Log, n)
+	for i := range logs {
+		idx := first + uint64(i)
+		logs[i] = &raft.Log{
+			Index: idx,
+			Term:  2,
+			Type:  raft.LogCommand,
+			Data:  []byte(fmt.Sprintf("put /k/%d value-%d", idx, idx)),
+		}
+	}
+	return logs
+}
+
+func checkLog(t *testing.T, s raft.LogStore, idx uint64) {
+	t.Helper()
+	var got raft.Log
+	if err := s.GetLog(idx, &got); err != nil {
+		t.Fatalf("GetLog(%d): %v", idx, err)
+	}
+	want := fmt.Sprintf("put /k/%d value-%d", idx, idx)
+	if got.Index != idx || got.Term != 2 || got.Type != raft.LogCommand || string(got.Data) != want {
+		t.Fatalf("GetLog(%d) = {Index:%d Term:%d Type:%v Data:%q}, want Data %q",
+			idx, got.Index, got.Term, got.Type, got.Data, want)
+	}
+}
+
+func checkRange(t *testing.T, s raft.LogStore, first, last uint64) {
+	t.Helper()
+	if got, err := s.FirstIndex(); err != nil || got != first {
+		t.Fatalf("FirstIndex = %d, %v; want %d", got, err, first)
+	}
+	if got, err := s.LastIndex(); err != nil || got != last {
+		t.Fatalf("LastIndex = %d, %v; want %d", got, err, last)
+	}
+	for i := first; i <= last; i++ {
+		checkLog(t, s, i)
+	}
+}
+
+func mustStore(t *testing.T, s raft.LogStore, logs []*raft.Log) {
+	t.Helper()
+	if err := s.StoreLogs(logs); err != nil {
+		t.Fatalf("StoreLogs(%d..%d): %v", logs[0].Index, logs[len(logs)-1].Index, err)
+	}
+}
+
+func closeStores(t *testing.T, s *stores) {
+	t.Helper()
+	if err := s.close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+}
+
+// writeSnapshot stores a snapshot with the given body through the raft API.
+func writeSnapshot(t *testing.T, snaps raft.SnapshotStore, index uint64, body string) {
+	t.Helper()
+	_, trans := raft.NewInmemTransport("")
+	cfg := raft.Configuration{Servers: []raft.Server{{
+		Suffrage: raft.Voter, ID: "n1", Address: trans.LocalAddr(),
+	}}}
+	sink, err := snaps.Create(raft.SnapshotVersionMax, index, 2, cfg, 1, trans)
+	if err != nil {
+		t.Fatalf("snapshot create: %v", err)
+	}
+	if _, err := io.WriteString(sink, body); err != nil {
+		t.Fatalf("snapshot write: %v", err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatalf("snapshot close: %v", err)
+	}
+}
+
+func checkSnapshot(t *testing.T, snaps raft.SnapshotStore, index uint64, body string) {
+	t.Helper()
+	metas, err := snaps.List()
+	if err != nil || len(metas) == 0 {
+		t.Fatalf("snapshot list = %v, %v; want one snapshot", metas, err)
+	}
+	if metas[0].Index != index {
+		t.Fatalf("newest snapshot index = %d, want %d", metas[0].Index, index)
+	}
+	_, rc, err := snaps.Open(metas[0].ID)
+	if err != nil {
+		t.Fatalf("snapshot open: %v", err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err != nil || string(got) != body {
+		t.Fatalf("snapshot body = %q, %v; want %q", got, err, body)
+	}
+}
+
+// openWithin opens the stores but fails the test if that takes longer than a
+// lock wait could explain: bbolt waits forever on a held lock, and a hang in
+// the middle of the package's tests is much harder to read.
+func openWithin(t *testing.T, dir string) *stores {
+	t.Helper()
+	type result struct {
+		s   *stores
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		s, err := openStores(dir, nil)
+		done <- result{s, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("openStores(%q): %v", dir, r.err)
+		}
+		return r.s
+	case <-time.After(30 * time.Second):
+		t.Fatalf("openStores(%q) still blocked after 30s", dir)
+		return nil
+	}
+}
+
+func TestOpenStoresDiskSurvivesReopen(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+
+	s := openWithin(t, dir)
+	for _, d := range []string{dir, filepath.Join(dir, raftDirName), filepath.Join(dir, snapshotDirName)} {
+		fi, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := fi.Mode().Perm(); perm != 0o700 {
+			t.Errorf("%s has mode %o, want 700", d, perm)
+		}
+	}
+	// raft only deletes all logs after a snapshot restore when the store says
+	// it is monotonic; the cache must pass that through from raft-wal.
+	if m, ok := s.log.(raft.MonotonicLogStore); !ok || !m.IsMonotonic() {
+		t.Errorf("log store %T does not report IsMonotonic", s.log)
+	}
+
+	// raft reads its term and vote before anything was ever written; a
+	// missing key must come back as zero without an error.
+	if v, err := s.stable.GetUint64([]byte("CurrentTerm")); err != nil || v != 0 {
+		t.Fatalf("CurrentTerm on a new store = %d, %v; want 0, nil", v, err)
+	}
+	mustStore(t, s.log, testLogs(1, 1))
+	mustStore(t, s.log, testLogs(2, 127))
+	mustStore(t, s.log, testLogs(129, 72))
+	if err := s.stable.SetUint64([]byte("CurrentTerm"), 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.stable.Set([]byte("LastVoteCand"), []byte("n3")); err != nil {
+		t.Fatal(err)
+	}
+	writeSnapshot(t, s.snaps, 150, "state at 150")
+	// Truncation after the snapshot, as raft does it.
+	if err := s.log.DeleteRange(1, 100); err != nil {
+		t.Fatal(err)
+	}
+	checkRange(t, s.log, 101, 200)
+	closeStores(t, s)
+	// close is idempotent, so a deferred close after an explicit one is fine.
+	closeStores(t, s)
+
+	// Reopening in the same process also checks that close released every
+	// file lock (raft-wal's own Close leaves its meta DB open).
+	s = openWithin(t, dir)
+	defer closeStores(t, s)
+	checkRange(t, s.log, 101, 200)
+	if v, err := s.stable.GetUint64([]byte("CurrentTerm")); err != nil || v != 7 {
+		t.Fatalf("CurrentTerm = %d, %v; want 7", v, err)
+	}
+	if v, err := s.stable.Get([]byte("LastVoteCand")); err != nil || string(v) != "n3" {
+		t.Fatalf("LastVoteCand = %q, %v; want n3", v, err)
+	}
+	checkSnapshot(t, s.snaps, 150, "state at 150")
+
+	// Appending carries on from where the previous process stopped.
+	mustStore(t, s.log, testLogs(201, 10))
+	checkRange(t, s.log, 101, 210)
+}
+
+func TestOpenStoresInmem(t *testing.T) {
+	s, err := openStores("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustStore(t, s.log, testLogs(1, 40))
+	checkRange(t, s.log, 1, 40)
+	if err := s.stable.SetUint64([]byte("CurrentTerm"), 3); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.stable.GetUint64([]byte("CurrentTerm")); err != nil || v != 3 {
+		t.Fatalf("CurrentTerm = %d, %v; want 3", v, err)
+	}
+	writeSnapshot(t, s.snaps, 30, "mem")
+	checkSnapshot(t, s.snaps, 30, "mem")
+	if err := s.log.DeleteRange(1, 20); err != nil {
+		t.Fatal(err)
+	}
+	checkRange(t, s.log, 21, 40)
+	closeStores(t, s)
+
+	// Nothing is shared between two in-memory opens.
+	s2, err := openStores("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStores(t, s2)
+	if last, err := s2.log.LastIndex(); err != nil || last != 0 {
+		t.Fatalf("fresh in-memory LastIndex = %d, %v; want 0", last, err)
+	}
+}
+
+// syncCheckFS wraps raft-wal's real file system and records, per segment
+// file, whether bytes were written since that file's last successful Sync.
+type syncCheckFS struct {
+	types.VFS
+	mu    sync.Mutex
+	dirty map[string]bool
+	syncs int
+}
+
+func (v *syncCheckFS) wrap(name string, f types.WritableFile, err error) (types.WritableFile, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &syncCheckFile{WritableFile: f, fs: v, name: name}, nil
+}
+
+func (v *syncCheckFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
+	f, err := v.VFS.Create(dir, name, size)
+	return v.wrap(name, f, err)
+}
+
+func (v *syncCheckFS) OpenWriter(dir, name string) (types.WritableFile, error) {
+	f, err := v.VFS.OpenWriter(dir, name)
+	return v.wrap(name, f, err)
+}
+
+// unsynced returns the files with writes not yet synced, and the number of
+// successful syncs so far.
+func (v *syncCheckFS) unsynced() ([]string, int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var names []string
+	for n, d := range v.dirty {
+		if d {
+			names = append(names, n)
+		}
+	}
+	return names, v.syncs
+}
+
+type syncCheckFile struct {
+	types.WritableFile
+	fs   *syncCheckFS
+	name string
+}
+
+func (f *syncCheckFile) WriteAt(p []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	f.fs.dirty[f.name] = true
+	f.fs.mu.Unlock()
+	return f.WritableFile.WriteAt(p, off)
+}
+
+func (f *syncCheckFile) Sync() error {
+	if err := f.WritableFile.Sync(); err != nil {
+		return err
+	}
+	f.fs.mu.Lock()
+	f.fs.dirty[f.name] = false
+	f.fs.syncs++
+	f.fs.mu.Unlock()
+	return nil
+}
+
+// TestStoreLogsSyncsBeforeReturning checks the durability promise through
+// the same code path openStores uses: after every StoreLogs returns, each
+// byte raft-wal wrote to a segment file has been fsynced.
+func TestStoreLogsSyncsBeforeReturning(t *testing.T) {
+	vfs := &syncCheckFS{VFS: fs.New(), dirty: map[string]bool{}}
+	s, err := openDiskStores(t.TempDir(), hclog.NewNullLogger(), vfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStores(t, s)
+
+	next := uint64(1)
+	for _, n := range []int{1, 1, 8, 32, 128, 3} {
+		_, before := vfs.unsynced()
+		mustStore(t, s.log, testLogs(next, n))
+		next += uint64(n)
+		dirty, after := vfs.unsynced()
+		if len(dirty) > 0 {
+			t.Fatalf("StoreLogs of %d entries returned with unsynced writes to %v", n, dirty)
+		}
+		if after == before {
+			t.Fatalf("StoreLogs of %d entries returned without any fsync", n)
+		}
+	}
+	checkRange(t, s.log, 1, next-1)
+}
+
+const helperDirEnv = "HOLDFAST_RAFTSTORE_HELPER_DIR"
+
+// TestOpenStoresHelperProcess is not a test on its own: the lock test runs
+// the test binary again with only this function selected, to open the stores
+// from a second process. It reports the outcome on stdout.
+func TestOpenStoresHelperProcess(t *testing.T) {
+	dir := os.Getenv(helperDirEnv)
+	if dir == "" {
+		t.Skip("helper for TestOpenStoresLockedByOtherProcess")
+	}
+	s, err := openStores(dir, nil)
+	if err != nil {
+		fmt.Printf("OPEN-ERROR: %v\n", err)
+		return
+	}
+	checkRange(t, s.log, 1, 5)
+	closeStores(t, s)
+	fmt.Println("OPEN-OK")
+}
+
+func runHelper(t *testing.T, dir string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestOpenStoresHelperProcess$", "-test.v")
+	cmd.Env = append(os.Environ(), helperDirEnv+"="+dir)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("second process still blocked after %v:\n%s", time.Since(start), out.String())
+	}
+	if err != nil {
+		t.Fatalf("second process: %v\n%s", err, out.String())
+	}
+	return out.String()
+}
+
+// TestOpenStoresLockedByOtherProcess opens the stores here and then from a
+// second process, which must be refused at once with a clear error. Once the
+// first holder closes, the second process gets in.
+func TestOpenStoresLockedByOtherProcess(t *testing.T) {
+	if os.Getenv(helperDirEnv) != "" {
+		t.Skip("running as helper")
+	}
+	dir := t.TempDir()
+	s := openWithin(t, dir)
+	mustStore(t, s.log, testLogs(1, 5))
+
+	out := runHelper(t, dir)
+	want := fmt.Sprintf("OPEN-ERROR: server: raft storage %s is already in use by pid %d", filepath.Join(dir, raftDirName), os.Getpid())
+	if !strings.Contains(out, want) {
+		t.Fatalf("second process output lacks %q:\n%s", want, out)
+	}
+
+	// A second open inside this process is refused too, rather than hanging.
+	if s2, err := openStores(dir, nil); err == nil {
+		s2.close()
+		t.Fatal("second open in the same process succeeded")
+	} else if !strings.Contains(err.Error(), "is already in use") {
+		t.Fatalf("second open in the same process: %v", err)
+	}
+
+	closeStores(t, s)
+	if out := runHelper(t, dir); !strings.Contains(out, "OPEN-OK") {
+		t.Fatalf("open after the first holder closed failed:\n%s", out)
+	}
+}
