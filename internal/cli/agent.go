@@ -3,8 +3,168 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/holdfast/holdfast/internal/httpapi"
+	"github.com/holdfast/holdfast/internal/server"
 )
 
+// The server must serve the HTTP API.
+var _ httpapi.Backend = (*server.Server)(nil)
+
+const agentUsage = `Usage: holdfast agent [options]
+
+Runs a holdfast server: raft-replicated state (a single voter by default)
+and Consul's HTTP API.
+
+  holdfast agent -dev                 in-memory, for trying things out
+  holdfast agent -data-dir DIR        durable: every key and session survives a restart
+  holdfast agent                      durable, in the default data directory
+
+Options:
+`
+
 func runAgent(ctx context.Context, stdio Stdio, args []string) error {
-	return errors.New("agent: not built yet")
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(stdio.Err)
+	fs.Usage = func() {
+		fmt.Fprint(stdio.Err, agentUsage)
+		fs.PrintDefaults()
+	}
+	var (
+		dev        = fs.Bool("dev", false, "run in memory: nothing is written to disk")
+		dataDir    = fs.String("data-dir", "", "directory for the raft log and snapshots (default $HOLDFAST_DATA_DIR or ~/.local/share/holdfast)")
+		httpAddr   = fs.String("http-addr", "127.0.0.1:8500", "address of the HTTP API")
+		raftAddr   = fs.String("server-addr", "127.0.0.1:8300", "address raft listens on")
+		node       = fs.String("node", "", "node name (default: the host name)")
+		dc         = fs.String("datacenter", "dc1", "datacenter name")
+		logLevel   = fs.String("log-level", "info", "log level: trace, debug, info, warn or error")
+		multiplier = fs.Float64("session-ttl-multiplier", 1, "how many TTLs an unrenewed session lives: 1 invalidates it at its TTL; Consul uses 2")
+		ttlMin     = fs.Duration("session-ttl-min", 10*time.Second, "smallest session TTL accepted")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &ExitError{Code: 1, Msg: err.Error(), Silent: true}
+	}
+	if fs.NArg() > 0 {
+		return &ExitError{Code: 1, Msg: fmt.Sprintf("agent: unexpected argument %q", fs.Arg(0))}
+	}
+	level := hclog.LevelFromString(*logLevel)
+	if level == hclog.NoLevel {
+		return &ExitError{Code: 1, Msg: fmt.Sprintf("agent: unknown -log-level %q: use trace, debug, info, warn or error", *logLevel)}
+	}
+	if *dev && *dataDir != "" {
+		return &ExitError{Code: 1, Msg: "agent: -dev keeps everything in memory; it cannot be combined with -data-dir"}
+	}
+	dir := *dataDir
+	if !*dev && dir == "" {
+		dir = defaultDataDir(stdio)
+		if dir == "" {
+			return &ExitError{Code: 1, Msg: "agent: no -data-dir given and no home directory to put the default in"}
+		}
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "holdfast", Level: level, Output: stdio.Err})
+
+	ln, err := net.Listen("tcp", *httpAddr)
+	if err != nil {
+		return &ExitError{Code: 1, Msg: fmt.Sprintf("agent: cannot listen for HTTP on %s: %v", *httpAddr, err)}
+	}
+	defer ln.Close()
+
+	srv, err := server.New(server.Config{
+		NodeName: *node, Datacenter: *dc, DataDir: dir, RaftAddr: *raftAddr,
+		HTTPAddr: ln.Addr().String(), Logger: logger,
+		SessionTTLMultiplier: *multiplier, SessionTTLMin: *ttlMin,
+	})
+	if err != nil {
+		return &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "server: ")}
+	}
+	handler := httpapi.New(srv, httpapi.Options{Logger: slog.New(hclogHandler{logger})})
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+
+	storage := "in memory (-dev): nothing survives a restart"
+	if dir != "" {
+		storage = "durable, in " + dir
+	}
+	fmt.Fprintf(stdio.Out, "holdfast agent running\n  node:    %s\n  http:    http://%s\n  raft:    %s\n  storage: %s\n",
+		srv.NodeName(), ln.Addr(), *raftAddr, storage)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(stdio.Out, "holdfast agent shutting down")
+	case err := <-errc:
+		runErr = &ExitError{Code: 1, Msg: "agent: HTTP server stopped: " + err.Error()}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	hs.Shutdown(sctx)
+	if err := srv.Shutdown(); err != nil && runErr == nil {
+		runErr = &ExitError{Code: 1, Msg: "agent: shutdown: " + err.Error()}
+	}
+	return runErr
 }
+
+func defaultDataDir(stdio Stdio) string {
+	if d := stdio.getenv("HOLDFAST_DATA_DIR"); d != "" {
+		return d
+	}
+	if d := stdio.getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "holdfast")
+	}
+	if h := stdio.getenv("HOME"); h != "" {
+		return filepath.Join(h, ".local", "share", "holdfast")
+	}
+	return ""
+}
+
+// hclogHandler lets the HTTP layer's slog output go through the agent's
+// hclog logger, so there is one log format.
+type hclogHandler struct{ l hclog.Logger }
+
+func (h hclogHandler) Enabled(_ context.Context, lv slog.Level) bool {
+	switch {
+	case lv >= slog.LevelError:
+		return h.l.IsError()
+	case lv >= slog.LevelWarn:
+		return h.l.IsWarn()
+	case lv >= slog.LevelInfo:
+		return h.l.IsInfo()
+	}
+	return h.l.IsDebug()
+}
+
+func (h hclogHandler) Handle(_ context.Context, r slog.Record) error {
+	args := make([]interface{}, 0, 2*r.NumAttrs())
+	r.Attrs(func(a slog.Attr) bool {
+		args = append(args, a.Key, a.Value.Any())
+		return true
+	})
+	switch {
+	case r.Level >= slog.LevelError:
+		h.l.Named("http").Error(r.Message, args...)
+	case r.Level >= slog.LevelWarn:
+		h.l.Named("http").Warn(r.Message, args...)
+	case r.Level >= slog.LevelInfo:
+		h.l.Named("http").Info(r.Message, args...)
+	default:
+		h.l.Named("http").Debug(r.Message, args...)
+	}
+	return nil
+}
+
+func (h hclogHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h hclogHandler) WithGroup(string) slog.Handler      { return h }

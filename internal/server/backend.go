@@ -1,0 +1,244 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/internal/fsm"
+	"github.com/holdfast/holdfast/internal/state"
+)
+
+// The methods in this file implement httpapi.Backend.
+
+// State returns the current state store.
+func (s *Server) State() *state.Store { return s.fsm.State() }
+
+// NodeName is this server's node.
+func (s *Server) NodeName() string { return s.cfg.NodeName }
+
+// Datacenter is this server's datacenter.
+func (s *Server) Datacenter() string { return s.cfg.Datacenter }
+
+// Self describes the agent for /v1/agent/self.
+func (s *Server) Self() map[string]interface{} {
+	return map[string]interface{}{
+		"Config": map[string]interface{}{
+			"NodeName":   s.cfg.NodeName,
+			"Datacenter": s.cfg.Datacenter,
+			"Server":     true,
+			"Version":    "holdfast",
+			"HTTPAddr":   s.cfg.HTTPAddr,
+		},
+		"Member": map[string]interface{}{
+			"Name":   s.cfg.NodeName,
+			"Addr":   s.cfg.AdvertiseAddr,
+			"Status": 1,
+			"Tags":   map[string]string{"role": "consul", "dc": s.cfg.Datacenter},
+		},
+	}
+}
+
+func resultErr(res *fsm.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	return res.Err
+}
+
+// KVS applies a KV write. An acquire is first checked against the key's
+// lock-delay on the leader, so a refused acquire costs no raft write and the
+// caller learns how long the delay has left.
+func (s *Server) KVS(ctx context.Context, req *state.KVRequest) (bool, time.Duration, error) {
+	if req.Op == state.OpLock {
+		if until := s.State().KVLockDelay(req.Entry.Key); !until.IsZero() {
+			if left := until.Sub(s.clk.Now()); left > 0 {
+				if _, sess := s.State().SessionGet(nil, req.Entry.Session); sess == nil {
+					return false, 0, fmt.Errorf("%w %q", state.ErrInvalidSession, req.Entry.Session)
+				}
+				return false, left, nil
+			}
+		}
+	}
+	res, err := s.apply(fsm.TypeKVS, req)
+	if err := resultErr(res, err); err != nil {
+		return false, 0, err
+	}
+	return res.OK, 0, nil
+}
+
+// SessionCreate validates a session, gives it an ID and commits it; a
+// session with a TTL gets its timer on this leader.
+func (s *Server) SessionCreate(ctx context.Context, in *state.Session) (string, error) {
+	sess := *in
+	if sess.Node == "" {
+		sess.Node = s.cfg.NodeName
+	}
+	switch sess.Behavior {
+	case "":
+		sess.Behavior = state.BehaviorRelease
+	case state.BehaviorRelease, state.BehaviorDelete:
+	default:
+		return "", fmt.Errorf("%w: Invalid Behavior setting '%s': must be release or delete", state.ErrInvalidRequest, sess.Behavior)
+	}
+	if sess.TTL != "" {
+		d, err := time.ParseDuration(sess.TTL)
+		if err != nil {
+			return "", fmt.Errorf("%w: Session TTL '%s' invalid: %v", state.ErrInvalidRequest, sess.TTL, err)
+		}
+		if d != 0 && (d < s.cfg.SessionTTLMin || d > s.cfg.SessionTTLMax) {
+			return "", fmt.Errorf("%w: Invalid Session TTL '%s', must be between [%v=%v]",
+				state.ErrInvalidRequest, sess.TTL, s.cfg.SessionTTLMin, s.cfg.SessionTTLMax)
+		}
+		if d == 0 {
+			sess.TTL = ""
+		}
+	}
+	if sess.LockDelay < 0 {
+		return "", fmt.Errorf("%w: LockDelay %v is negative", state.ErrInvalidRequest, sess.LockDelay)
+	}
+	id, err := newID()
+	if err != nil {
+		return "", err
+	}
+	sess.ID = id
+	if err := resultErr(s.apply(fsm.TypeSessionCreate, &sess)); err != nil {
+		return "", err
+	}
+	if d := s.timerFor(&sess); d > 0 {
+		s.timers.Reset(id, d)
+	}
+	return id, nil
+}
+
+// SessionDestroy invalidates a session. Destroying an unknown session
+// writes nothing.
+func (s *Server) SessionDestroy(ctx context.Context, id string) error {
+	if _, sess := s.State().SessionGet(nil, id); sess == nil {
+		return nil
+	}
+	if err := resultErr(s.apply(fsm.TypeSessionDestroy, fsm.SessionDestroy{ID: id})); err != nil {
+		return err
+	}
+	s.timers.Remove(id)
+	return nil
+}
+
+// SessionRenew restarts a session's TTL timer. It writes nothing to raft:
+// the timer is leader-local soft state.
+func (s *Server) SessionRenew(ctx context.Context, id string) (*state.Session, error) {
+	if s.raft.State() != raft.Leader || !s.readyForReads.Load() {
+		return nil, ErrNoLeader
+	}
+	_, sess := s.State().SessionGet(nil, id)
+	if sess == nil {
+		return nil, fmt.Errorf("%w: Session id '%s' not found", state.ErrSessionNotFound, id)
+	}
+	if d := s.timerFor(sess); d > 0 {
+		s.timers.Reset(id, d)
+	}
+	return sess, nil
+}
+
+// Register applies a catalog registration.
+func (s *Server) Register(ctx context.Context, req *state.RegisterRequest) error {
+	return resultErr(s.apply(fsm.TypeRegister, req))
+}
+
+// Deregister applies a catalog deregistration.
+func (s *Server) Deregister(ctx context.Context, req *state.DeregisterRequest) error {
+	return resultErr(s.apply(fsm.TypeDeregister, req))
+}
+
+// Txn applies a transaction. Locks in it honour lock-delay in the state
+// machine, with the leader's stamped time.
+func (s *Server) Txn(ctx context.Context, ops []*state.TxnOp) ([]*state.TxnResult, []*state.TxnError, error) {
+	if len(ops) > state.MaxTxnOps {
+		return nil, nil, fmt.Errorf("%w: Transaction contains too many operations (%d > %d)", state.ErrInvalidRequest, len(ops), state.MaxTxnOps)
+	}
+	res, err := s.apply(fsm.TypeTxn, ops)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.TxnResult, res.TxnErrors, nil
+}
+
+// QuerySet creates or updates a prepared query.
+func (s *Server) QuerySet(ctx context.Context, q *state.PreparedQuery) (string, error) {
+	nq := *q
+	if nq.ID == "" {
+		id, err := newID()
+		if err != nil {
+			return "", err
+		}
+		nq.ID = id
+	} else if _, old := s.State().QueryGet(nil, nq.ID); old == nil {
+		return "", fmt.Errorf("%w: Cannot modify non-existent prepared query: '%s'", state.ErrQueryNotFound, nq.ID)
+	}
+	if err := resultErr(s.apply(fsm.TypeQuerySet, &nq)); err != nil {
+		return "", err
+	}
+	return nq.ID, nil
+}
+
+// QueryDelete deletes a prepared query.
+func (s *Server) QueryDelete(ctx context.Context, id string) error {
+	return resultErr(s.apply(fsm.TypeQueryDelete, fsm.QueryDelete{ID: id}))
+}
+
+// ConsistentRead confirms leadership with a quorum and that this term's
+// barrier has been applied, so a read of State() that follows is
+// linearizable.
+func (s *Server) ConsistentRead(ctx context.Context) error {
+	if s.raft.State() != raft.Leader {
+		return ErrNoLeader
+	}
+	if err := s.raft.VerifyLeader().Error(); err != nil {
+		if errors.Is(err, raft.ErrRaftShutdown) {
+			return ErrShuttingDown
+		}
+		return ErrNoLeader
+	}
+	if !s.readyForReads.Load() {
+		return ErrNoLeader
+	}
+	return nil
+}
+
+// LeaderStatus reports whether a leader is known and the time since this
+// server last heard from it.
+func (s *Server) LeaderStatus() (bool, time.Duration) {
+	addr, _ := s.raft.LeaderWithID()
+	if s.raft.State() == raft.Leader {
+		return true, 0
+	}
+	last := s.raft.LastContact()
+	if last.IsZero() {
+		return addr != "", 0
+	}
+	return addr != "", time.Since(last)
+}
+
+// Leader is the leader's raft address, or "".
+func (s *Server) Leader() string {
+	addr, _ := s.raft.LeaderWithID()
+	return string(addr)
+}
+
+// Peers lists the voters' raft addresses.
+func (s *Server) Peers() ([]string, error) {
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			out = append(out, string(srv.Address))
+		}
+	}
+	return out, nil
+}

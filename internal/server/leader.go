@@ -1,0 +1,196 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/holdfast/holdfast/internal/fsm"
+	"github.com/holdfast/holdfast/internal/state"
+)
+
+// monitorLeadership starts the leader duties when this server gains
+// leadership and stops them when it loses it. It is the only goroutine that
+// starts or stops them.
+func (s *Server) monitorLeadership() {
+	defer s.wg.Done()
+	ch := s.raft.LeaderCh()
+	for {
+		select {
+		case isLeader := <-ch:
+			if isLeader {
+				s.startLeading()
+			} else {
+				s.stopLeading()
+			}
+		case <-s.shutdownCh:
+			return
+		}
+	}
+}
+
+func (s *Server) startLeading() {
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
+	if s.leaderCancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.leaderCancel, s.leaderDone = cancel, done
+	go func() {
+		defer close(done)
+		s.leaderLoop(ctx)
+	}()
+}
+
+// stopLeading drops all leader-local soft state: the session timers go, and
+// consistent reads wait for the next term's barrier.
+func (s *Server) stopLeading() {
+	s.leaderMu.Lock()
+	cancel, done := s.leaderCancel, s.leaderDone
+	s.leaderCancel, s.leaderDone = nil, nil
+	s.leaderMu.Unlock()
+	s.readyForReads.Store(false)
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	s.timers.Clear()
+}
+
+// leaderLoop runs the duties of one term.
+func (s *Server) leaderLoop(ctx context.Context) {
+	// Everything committed by earlier terms must be applied before this
+	// server answers consistent reads or judges sessions.
+	for {
+		err := s.raft.Barrier(s.cfg.ApplyTimeout).Error()
+		if err == nil {
+			break
+		}
+		s.log.Warn("leadership barrier failed; retrying", "error", err)
+		if !s.sleep(ctx, time.Second) {
+			return
+		}
+	}
+	s.readyForReads.Store(true)
+	s.log.Info("cluster leadership acquired", "node", s.cfg.NodeName)
+
+	s.resetSessionTimers()
+	for ctx.Err() == nil {
+		if err := s.registerSelf(); err == nil {
+			break
+		} else {
+			s.log.Warn("registering this node in the catalog failed; retrying", "error", err)
+		}
+		if !s.sleep(ctx, time.Second) {
+			return
+		}
+	}
+
+	// Reaping: tombstones older than one interval and ended lock-delays.
+	t := s.clk.NewTimer(s.cfg.ReapInterval)
+	defer t.Stop()
+	var prev uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			if prev > 0 {
+				if _, err := s.apply(fsm.TypeReap, fsm.Reap{TombstonesUpTo: prev}); err != nil {
+					s.log.Warn("reaping tombstones failed", "error", err)
+				}
+			}
+			prev = s.raft.AppliedIndex()
+			t.Reset(s.cfg.ReapInterval)
+		}
+	}
+}
+
+// sleep waits d on the server's clock; false if ctx ended first.
+func (s *Server) sleep(ctx context.Context, d time.Duration) bool {
+	t := s.clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
+	}
+}
+
+// resetSessionTimers arms a full TTL for every session that has one: a new
+// leader cannot know how long ago each was renewed, so it gives each the
+// whole TTL again (the TTL is a lower bound).
+func (s *Server) resetSessionTimers() {
+	_, all := s.fsm.State().SessionList(nil)
+	n := 0
+	for _, sess := range all {
+		if d := s.timerFor(sess); d > 0 {
+			s.timers.Reset(sess.ID, d)
+			n++
+		}
+	}
+	s.log.Info("session timers armed", "sessions", n)
+}
+
+// timerFor is how long the leader waits for a renew of sess (0: no TTL).
+func (s *Server) timerFor(sess *state.Session) time.Duration {
+	if sess.TTL == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(sess.TTL)
+	if err != nil || d <= 0 {
+		return 0
+	}
+	return time.Duration(float64(d) * s.cfg.SessionTTLMultiplier)
+}
+
+// registerSelf makes sure this server's node is in the catalog with a
+// passing serfHealth check, so sessions created with defaults work.
+func (s *Server) registerSelf() error {
+	st := s.fsm.State()
+	_, node, _ := st.NodeInfo(nil, s.cfg.NodeName)
+	chk := st.Check(s.cfg.NodeName, state.SerfCheckID)
+	if node != nil && node.Address == s.cfg.AdvertiseAddr && chk != nil && chk.Status == state.HealthPassing {
+		return nil
+	}
+	res, err := s.apply(fsm.TypeRegister, &state.RegisterRequest{
+		Node: s.cfg.NodeName, Address: s.cfg.AdvertiseAddr, Datacenter: s.cfg.Datacenter,
+		Check: &state.HealthCheck{CheckID: state.SerfCheckID, Name: "Serf Health Status",
+			Status: state.HealthPassing, Output: "Agent alive and reachable", Type: ""},
+	})
+	if err != nil {
+		return err
+	}
+	return res.Err
+}
+
+// onSessionExpired is called by the timers when a session's TTL ran out.
+// It must not block the timers, so the destroy is proposed elsewhere.
+func (s *Server) onSessionExpired(id string) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		backoff := 100 * time.Millisecond
+		for attempt := 0; attempt < 8; attempt++ {
+			_, err := s.apply(fsm.TypeSessionDestroy, fsm.SessionDestroy{ID: id})
+			if err == nil {
+				s.log.Debug("session expired", "session", id)
+				return
+			}
+			if err == ErrShuttingDown || err == ErrNoLeader {
+				return // the next leader re-arms the timer
+			}
+			s.log.Warn("invalidating an expired session failed; retrying", "session", id, "error", err)
+			t := s.clk.NewTimer(backoff)
+			select {
+			case <-s.shutdownCh:
+				t.Stop()
+				return
+			case <-t.C():
+			}
+			backoff *= 2
+		}
+	}()
+}

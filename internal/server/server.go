@@ -1,0 +1,312 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/clock"
+	"github.com/holdfast/holdfast/internal/fsm"
+	"github.com/holdfast/holdfast/internal/ttl"
+)
+
+// Config configures a Server. The zero value of each field has a default.
+type Config struct {
+	// NodeName names this node in the catalog and in raft. Default: host name.
+	NodeName string
+	// Datacenter name. Default "dc1".
+	Datacenter string
+	// DataDir holds the raft log and snapshots. Empty means in memory
+	// (nothing survives a restart; for -dev and tests).
+	DataDir string
+	// RaftAddr is the address raft listens on (default 127.0.0.1:8300).
+	// Ignored when Transport is set.
+	RaftAddr string
+	// Transport overrides the raft transport (tests use in-memory ones).
+	Transport raft.Transport
+	// AdvertiseAddr is the address registered for this node in the catalog.
+	// Default 127.0.0.1.
+	AdvertiseAddr string
+	// HTTPAddr is reported by /v1/agent/self.
+	HTTPAddr string
+	// Clock drives session TTLs, lock-delay checks and the stamps on
+	// commands. Default clock.Real().
+	Clock clock.Clock
+	// Logger for the server and raft. Default: hclog to stderr at INFO.
+	Logger hclog.Logger
+
+	// SessionTTLMin and SessionTTLMax bound session TTLs (default 10s, 24h).
+	SessionTTLMin, SessionTTLMax time.Duration
+	// SessionTTLMultiplier stretches every TTL timer: 1 (the default) means
+	// a session that is not renewed is invalidated at its TTL; Consul uses 2.
+	SessionTTLMultiplier float64
+
+	// ApplyTimeout bounds how long a write waits to be enqueued in raft.
+	ApplyTimeout time.Duration
+	// ReapInterval is how often the leader drops old tombstones and ended
+	// lock-delays (default 15m). Tombstones live one to two intervals.
+	ReapInterval time.Duration
+	// RaftTuning, if set, edits the raft configuration before use (tests
+	// shorten timeouts with it).
+	RaftTuning func(*raft.Config)
+}
+
+func (c *Config) setDefaults() error {
+	if c.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			return fmt.Errorf("server: no node name given and the host name is unknown: %v", err)
+		}
+		c.NodeName = h
+	}
+	if c.Datacenter == "" {
+		c.Datacenter = "dc1"
+	}
+	if c.RaftAddr == "" {
+		c.RaftAddr = "127.0.0.1:8300"
+	}
+	if c.AdvertiseAddr == "" {
+		c.AdvertiseAddr = "127.0.0.1"
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "holdfast", Level: hclog.Info, Output: os.Stderr})
+	}
+	if c.SessionTTLMin == 0 {
+		c.SessionTTLMin = 10 * time.Second
+	}
+	if c.SessionTTLMax == 0 {
+		c.SessionTTLMax = 24 * time.Hour
+	}
+	if c.SessionTTLMultiplier == 0 {
+		c.SessionTTLMultiplier = 1
+	}
+	if c.SessionTTLMultiplier < 1 {
+		return fmt.Errorf("server: session TTL multiplier %v is below 1: a session would expire before its TTL", c.SessionTTLMultiplier)
+	}
+	if c.ApplyTimeout == 0 {
+		c.ApplyTimeout = 30 * time.Second
+	}
+	if c.ReapInterval == 0 {
+		c.ReapInterval = 15 * time.Minute
+	}
+	return nil
+}
+
+// Server is one holdfast server: a raft member with the state machine, and
+// while it leads, the owner of session timers and the other leader duties.
+// Its methods implement httpapi.Backend and are safe for concurrent use.
+type Server struct {
+	cfg    Config
+	log    hclog.Logger
+	clk    clock.Clock
+	fsm    *fsm.FSM
+	raft   *raft.Raft
+	stores *stores
+	trans  raft.Transport
+	timers *ttl.Timers
+
+	// readyForReads is set once a new leader has applied everything
+	// committed before its term (after the leadership barrier).
+	readyForReads atomic.Bool
+
+	leaderMu     sync.Mutex
+	leaderCancel context.CancelFunc // stops the leader duties of the current term
+	leaderDone   chan struct{}
+
+	shutdownOnce sync.Once
+	shutdownCh   chan struct{}
+	wg           sync.WaitGroup
+}
+
+// New starts a server. With no existing raft state it bootstraps a cluster
+// of one voter (itself), so a lone server elects itself at once.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, clk: cfg.Clock, fsm: fsm.New(), shutdownCh: make(chan struct{})}
+	st, err := openStores(cfg.DataDir, cfg.Logger.Named("raft-store"))
+	if err != nil {
+		return nil, err
+	}
+	s.stores = st
+
+	trans := cfg.Transport
+	if trans == nil {
+		addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+		if err != nil {
+			st.close()
+			return nil, fmt.Errorf("server: bad raft address %q: %w", cfg.RaftAddr, err)
+		}
+		tt, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 8, 10*time.Second, cfg.Logger.Named("raft-net"))
+		if err != nil {
+			st.close()
+			return nil, fmt.Errorf("server: raft cannot listen on %s: %w", cfg.RaftAddr, err)
+		}
+		trans = tt
+	}
+	s.trans = trans
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeName)
+	rc.Logger = cfg.Logger.Named("raft")
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 512
+	rc.SnapshotThreshold = 16384
+	rc.TrailingLogs = 10240
+	rc.HeartbeatTimeout = 500 * time.Millisecond
+	rc.ElectionTimeout = 500 * time.Millisecond
+	rc.LeaderLeaseTimeout = 250 * time.Millisecond
+	rc.NoSnapshotRestoreOnStart = false
+	if cfg.RaftTuning != nil {
+		cfg.RaftTuning(rc)
+	}
+
+	has, err := raft.HasExistingState(st.log, st.stable, st.snaps)
+	if err != nil {
+		s.closeStores()
+		return nil, fmt.Errorf("server: reading raft state: %w", err)
+	}
+	if !has {
+		conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: trans.LocalAddr()}}}
+		if err := raft.BootstrapCluster(rc, st.log, st.stable, st.snaps, trans, conf); err != nil {
+			s.closeStores()
+			return nil, fmt.Errorf("server: bootstrapping raft: %w", err)
+		}
+	}
+	r, err := raft.NewRaft(rc, s.fsm, st.log, st.stable, st.snaps, trans)
+	if err != nil {
+		s.closeStores()
+		return nil, fmt.Errorf("server: starting raft: %w", err)
+	}
+	s.raft = r
+	s.timers = ttl.New(s.clk, s.onSessionExpired)
+
+	s.wg.Add(1)
+	go s.monitorLeadership()
+	return s, nil
+}
+
+func (s *Server) closeStores() {
+	if c, ok := s.trans.(interface{ Close() error }); ok && s.cfg.Transport == nil {
+		c.Close()
+	}
+	if err := s.stores.close(); err != nil {
+		s.log.Warn("closing raft stores", "error", err)
+	}
+}
+
+// Shutdown stops leader duties and raft and closes storage. Safe to call
+// more than once.
+func (s *Server) Shutdown() error {
+	var err error
+	s.shutdownOnce.Do(func() {
+		close(s.shutdownCh)
+		s.wg.Wait()
+		s.stopLeading()
+		s.timers.Close()
+		err = s.raft.Shutdown().Error()
+		s.closeStores()
+	})
+	return err
+}
+
+// WaitForLeader blocks until this server is leader and ready for
+// consistent reads, or ctx ends.
+func (s *Server) WaitForLeader(ctx context.Context) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if s.raft.State() == raft.Leader && s.readyForReads.Load() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("server: no leader elected: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// ---- errors ----
+
+// tempError is transient server trouble; the HTTP layer maps it to 500 so
+// that clients retry.
+type tempError string
+
+func (e tempError) Error() string   { return string(e) }
+func (e tempError) Temporary() bool { return true }
+
+// Transient errors.
+var (
+	ErrNoLeader     = tempError("No cluster leader")
+	ErrShuttingDown = tempError("server is shutting down")
+)
+
+// ---- the propose path ----
+
+// apply stamps a command with the leader's time, commits it through raft
+// and returns the state machine's result.
+func (s *Server) apply(t fsm.Type, body interface{}) (*fsm.Result, error) {
+	if s.raft.State() != raft.Leader {
+		return nil, ErrNoLeader
+	}
+	b, err := fsm.Encode(t, s.clk.Now(), body)
+	if err != nil {
+		return nil, err
+	}
+	f := s.raft.Apply(b, s.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+			errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrEnqueueTimeout):
+			return nil, ErrNoLeader
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return nil, ErrShuttingDown
+		}
+		return nil, fmt.Errorf("server: raft apply failed: %w", err)
+	}
+	res, ok := f.Response().(*fsm.Result)
+	if !ok {
+		return nil, fmt.Errorf("server: unexpected apply response %T", f.Response())
+	}
+	return res, nil
+}
+
+// newID returns a random UUID in Consul's format.
+func newID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("server: generating an ID: %w", err)
+	}
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+// WaitForSelfRegistration blocks until this node is in the catalog with its
+// serfHealth check, so sessions created with defaults succeed.
+func (s *Server) WaitForSelfRegistration(ctx context.Context) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if c := s.State().Check(s.cfg.NodeName, "serfHealth"); c != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("server: node %q never registered itself: %w", s.cfg.NodeName, ctx.Err())
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,259 @@
+package server
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/clock/clocktest"
+	"github.com/holdfast/holdfast/internal/state"
+	"github.com/holdfast/holdfast/internal/watch"
+)
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newTestServer(t *testing.T, dir string, clk *clocktest.Fake) *Server {
+	t.Helper()
+	_, trans := raft.NewInmemTransport("node1")
+	s, err := New(Config{
+		NodeName: "node1", DataDir: dir, Transport: trans, Clock: clk,
+		Logger: hclog.New(&hclog.LoggerOptions{Output: io.Discard}),
+		RaftTuning: func(c *raft.Config) {
+			c.HeartbeatTimeout = 50 * time.Millisecond
+			c.ElectionTimeout = 50 * time.Millisecond
+			c.LeaderLeaseTimeout = 50 * time.Millisecond
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.WaitForLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitForSelfRegistration(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown() })
+	return s
+}
+
+// waitSessionGone parks on the session's watch channel until it is gone.
+// The expiry is proposed asynchronously, so the test waits for the state
+// change itself rather than for time to pass.
+func waitSessionGone(t *testing.T, s *Server, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		ws := watch.NewSet()
+		if _, sess := s.State().SessionGet(ws, id); sess == nil {
+			return
+		}
+		if err := ws.WatchCtx(ctx); err != nil {
+			t.Fatalf("session %s was not invalidated", id)
+		}
+	}
+}
+
+func mustSession(t *testing.T, s *Server, in state.Session) string {
+	t.Helper()
+	id, err := s.SessionCreate(context.Background(), &in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func TestSessionTTLExpiresAtTTL(t *testing.T) {
+	clk := clocktest.NewFake(epoch)
+	s := newTestServer(t, "", clk)
+	ctx := context.Background()
+	id := mustSession(t, s, state.Session{TTL: "10s", NodeChecks: []string{"serfHealth"}})
+	ok, _, err := s.KVS(ctx, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "k", Session: id}})
+	if err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+
+	clk.Advance(10*time.Second - time.Nanosecond)
+	if _, sess := s.State().SessionGet(nil, id); sess == nil {
+		t.Fatal("session invalidated before its TTL")
+	}
+	if n := s.timers.Len(); n != 1 {
+		t.Fatalf("timers pending = %d, want 1", n)
+	}
+
+	clk.Advance(time.Nanosecond)
+	waitSessionGone(t, s, id)
+	_, e := s.State().KVGet(nil, "k")
+	if e == nil || e.Session != "" || e.LockIndex != 1 {
+		t.Fatalf("key after expiry = %+v, want released with LockIndex 1", e)
+	}
+}
+
+func TestSessionRenewPushesExpiry(t *testing.T) {
+	clk := clocktest.NewFake(epoch)
+	s := newTestServer(t, "", clk)
+	ctx := context.Background()
+	id := mustSession(t, s, state.Session{TTL: "10s"})
+	clk.Advance(9 * time.Second)
+	if _, err := s.SessionRenew(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(10*time.Second - time.Nanosecond)
+	if _, sess := s.State().SessionGet(nil, id); sess == nil {
+		t.Fatal("renewed session invalidated early")
+	}
+	clk.Advance(time.Nanosecond)
+	waitSessionGone(t, s, id)
+	if _, err := s.SessionRenew(ctx, id); err == nil {
+		t.Fatal("renew of an invalidated session succeeded")
+	}
+}
+
+func TestSessionTTLMultiplier(t *testing.T) {
+	clk := clocktest.NewFake(epoch)
+	_, trans := raft.NewInmemTransport("node1")
+	s, err := New(Config{NodeName: "node1", Transport: trans, Clock: clk, SessionTTLMultiplier: 2,
+		Logger: hclog.New(&hclog.LoggerOptions{Output: io.Discard})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.WaitForLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitForSelfRegistration(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := mustSession(t, s, state.Session{TTL: "10s"})
+	clk.Advance(20*time.Second - time.Nanosecond)
+	if _, sess := s.State().SessionGet(nil, id); sess == nil {
+		t.Fatal("session invalidated before 2xTTL with multiplier 2")
+	}
+	clk.Advance(time.Nanosecond)
+	waitSessionGone(t, s, id)
+}
+
+func TestLockDelayCheckedByLeader(t *testing.T) {
+	clk := clocktest.NewFake(epoch)
+	s := newTestServer(t, "", clk)
+	ctx := context.Background()
+	a := mustSession(t, s, state.Session{LockDelay: 15 * time.Second})
+	if ok, _, err := s.KVS(ctx, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "k", Session: a}}); !ok || err != nil {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	if err := s.SessionDestroy(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	b := mustSession(t, s, state.Session{})
+	before := s.raft.LastIndex()
+	ok, left, err := s.KVS(ctx, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "k", Session: b}})
+	if ok || err != nil || left != 15*time.Second {
+		t.Fatalf("acquire in lock-delay = %v %v %v, want false, 15s", ok, left, err)
+	}
+	if s.raft.LastIndex() != before {
+		t.Fatal("a refused acquire was written to raft")
+	}
+	clk.Advance(15*time.Second - time.Nanosecond)
+	ok, left, _ = s.KVS(ctx, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "k", Session: b}})
+	if ok || left != time.Nanosecond {
+		t.Fatalf("acquire 1ns before the end = %v %v", ok, left)
+	}
+	clk.Advance(time.Nanosecond)
+	ok, left, _ = s.KVS(ctx, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "k", Session: b}})
+	if !ok || left != 0 {
+		t.Fatalf("acquire at the end of lock-delay = %v %v", ok, left)
+	}
+}
+
+func TestDurableRestartKeepsStateAndRearmsTimers(t *testing.T) {
+	dir := t.TempDir()
+	clk := clocktest.NewFake(epoch)
+	s := newTestServer(t, dir, clk)
+	ctx := context.Background()
+	ttlSess := mustSession(t, s, state.Session{TTL: "30s"})
+	holder := mustSession(t, s, state.Session{LockDelay: 20 * time.Second})
+	for _, k := range []string{"a", "b", "c"} {
+		if ok, _, err := s.KVS(ctx, &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: k, Value: []byte(k)}}); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	if ok, _, _ := s.KVS(ctx, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "locked", Session: holder}}); !ok {
+		t.Fatal("acquire failed")
+	}
+	if err := s.SessionDestroy(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, _ := s.KVS(ctx, &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: "after-snapshot", Value: []byte("x")}}); !ok {
+		t.Fatal("put failed")
+	}
+	s.Shutdown()
+
+	clk.Advance(10 * time.Second)
+	s2 := newTestServer(t, dir, clk)
+	for _, k := range []string{"a", "b", "c", "after-snapshot"} {
+		if _, e := s2.State().KVGet(nil, k); e == nil {
+			t.Fatalf("key %q lost across restart", k)
+		}
+	}
+	if _, sess := s2.State().SessionGet(nil, ttlSess); sess == nil {
+		t.Fatal("session lost across restart")
+	}
+	if s2.timers.Len() != 1 {
+		t.Fatalf("timers after restart = %d, want the TTL session re-armed", s2.timers.Len())
+	}
+	// The lock-delay (20s from destroy) is replicated state: 10s remain.
+	c := mustSession(t, s2, state.Session{})
+	ok, left, _ := s2.KVS(ctx, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "locked", Session: c}})
+	if ok || left != 10*time.Second {
+		t.Fatalf("acquire after restart = %v, %v; want refused with 10s of lock-delay left", ok, left)
+	}
+	// A new leader gives every TTL session a full TTL again.
+	clk.Advance(30*time.Second - time.Nanosecond)
+	if _, sess := s2.State().SessionGet(nil, ttlSess); sess == nil {
+		t.Fatal("session expired before a full TTL after failover")
+	}
+	clk.Advance(time.Nanosecond)
+	waitSessionGone(t, s2, ttlSess)
+}
+
+func TestSessionCreateValidation(t *testing.T) {
+	s := newTestServer(t, "", clocktest.NewFake(epoch))
+	ctx := context.Background()
+	for _, tc := range []struct {
+		in   state.Session
+		want string
+	}{
+		{state.Session{Behavior: "explode"}, "Invalid Behavior setting 'explode'"},
+		{state.Session{TTL: "ten"}, "Session TTL 'ten' invalid"},
+		{state.Session{TTL: "5s"}, "Invalid Session TTL '5s'"},
+		{state.Session{TTL: "25h"}, "Invalid Session TTL '25h'"},
+		{state.Session{Node: "nope"}, "Missing node registration"},
+		{state.Session{NodeChecks: []string{"nope"}}, "Missing check 'nope' registration"},
+	} {
+		_, err := s.SessionCreate(ctx, &tc.in)
+		if err == nil || !contains(err.Error(), tc.want) {
+			t.Errorf("create %+v: err = %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
