@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -90,7 +91,15 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	if err != nil {
 		return &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "server: ")}
 	}
-	handler := httpapi.New(srv, httpapi.Options{Logger: slog.New(hclogHandler{logger})})
+	handler := httpapi.New(srv, httpapi.Options{
+		Logger: slog.New(hclogHandler{logger}),
+		Jitter: func(max time.Duration) time.Duration {
+			if max <= 0 {
+				return 0
+			}
+			return rand.N(max)
+		},
+	})
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
