@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"path/filepath"
 	"strings"
 	"time"
@@ -51,6 +52,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		logLevel   = fs.String("log-level", "info", "log level: trace, debug, info, warn or error")
 		multiplier = fs.Float64("session-ttl-multiplier", 1, "how many TTLs an unrenewed session lives: 1 invalidates it at its TTL; Consul uses 2")
 		ttlMin     = fs.Duration("session-ttl-min", 10*time.Second, "smallest session TTL accepted")
+		debugAddr  = fs.String("debug-addr", "", "if set, serve Go's pprof profiles on this address (e.g. 127.0.0.1:8501)")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -103,6 +105,22 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+
+	if *debugAddr != "" {
+		dl, err := net.Listen("tcp", *debugAddr)
+		if err != nil {
+			hs.Close()
+			srv.Shutdown()
+			return &ExitError{Code: 1, Msg: fmt.Sprintf("agent: cannot listen for -debug-addr on %s: %v", *debugAddr, err)}
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		ds := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go ds.Serve(dl)
+		defer ds.Close()
+	}
 
 	storage := "in memory (-dev): nothing survives a restart"
 	if dir != "" {
