@@ -85,7 +85,9 @@ var lattice = map[string][]string{
 		"clock/clocktest",
 		"internal/...",
 	},
-	"internal/depstest": {}, // test files only
+	"internal/depstest":   {}, // test files only
+	"internal/transcript": {}, // golden transcripts: test files only
+	"e2e":                 {}, // tests that build and run the binary: test files only
 
 	// Benchmarks and load generators may drive anything.
 	"bench/...": {
