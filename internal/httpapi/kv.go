@@ -38,6 +38,11 @@ type kvParams struct {
 func parseKV(method, key string, q url.Values) (*kvParams, error) {
 	p := &kvParams{key: key}
 	has := func(name string) bool { _, ok := q[name]; return ok }
+	switch method {
+	case http.MethodGet, http.MethodPut, http.MethodDelete:
+	default:
+		return nil, &Error{Kind: KindMethodNotAllowed, Msg: "method " + method + " not allowed"}
+	}
 	if err := validateKey(key); err != nil {
 		return nil, err
 	}
@@ -123,8 +128,6 @@ func parseKV(method, key string, q url.Values) (*kvParams, error) {
 		default:
 			p.req.Op = state.OpDelete
 		}
-	default:
-		return nil, &Error{Kind: KindMethodNotAllowed, Msg: "method " + method + " not allowed"}
 	}
 	return p, nil
 }
