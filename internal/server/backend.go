@@ -54,7 +54,9 @@ func resultErr(res *fsm.Result, err error) error {
 // caller learns how long the delay has left.
 func (s *Server) KVS(ctx context.Context, req *state.KVRequest) (bool, time.Duration, error) {
 	if req.Op == state.OpLock {
-		if until := s.State().KVLockDelay(req.Entry.Key); !until.IsZero() {
+		if _, cur := s.State().KVGet(nil, req.Entry.Key); cur != nil && cur.Session == req.Entry.Session {
+			// The holder re-acquiring to update its value: not subject to lock-delay.
+		} else if until := s.State().KVLockDelay(req.Entry.Key); !until.IsZero() {
 			if left := until.Sub(s.clk.Now()); left > 0 {
 				if _, sess := s.State().SessionGet(nil, req.Entry.Session); sess == nil {
 					return false, 0, fmt.Errorf("%w %q", state.ErrInvalidSession, req.Entry.Session)

@@ -146,11 +146,14 @@ func (tx *wtx) kvLock(e *DirEntry) (bool, error) {
 	if !tx.sessionExists(e.Session) {
 		return false, fmt.Errorf("%w %q", ErrInvalidSession, e.Session)
 	}
-	if tx.delayed(e.Key) {
-		return false, nil
-	}
 	ent := *e
 	old := tx.kvGet(e.Key)
+	held := old != nil && old.Session == e.Session
+	// Lock-delay keeps a new holder out; the current holder updating its
+	// value is not a new acquisition.
+	if !held && tx.delayed(e.Key) {
+		return false, nil
+	}
 	switch {
 	case old == nil:
 		ent.LockIndex = 1

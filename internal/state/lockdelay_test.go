@@ -219,3 +219,50 @@ func TestReap(t *testing.T) {
 		t.Fatal("k acquired during its delay after a reap")
 	}
 }
+
+// The holder re-acquiring its own key updates the value even while a
+// lock-delay is recorded for the key (e.g. one stamped by a leader whose
+// clock ran ahead): lock-delay keeps out new holders only.
+func TestLockDelayDoesNotBlockHolderReacquire(t *testing.T) {
+	s := state.New()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	mustNil(t, s.Register(1, t0, &state.RegisterRequest{Node: "n1", Address: "127.0.0.1"}))
+	mustNil(t, s.SessionCreate(2, &state.Session{ID: "a", Node: "n1", LockDelay: 15 * time.Second}))
+	mustNil(t, s.SessionCreate(3, &state.Session{ID: "b", Node: "n1"}))
+	if ok, err := s.KVS(4, t0, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "k", Session: "a"}}); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	mustNil(t, s.SessionDestroy(5, t0, "a"))
+	// b takes the lock with a stamp behind the recorded delay's end.
+	late := t0.Add(16 * time.Second)
+	if ok, _ := s.KVS(6, late, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "k", Session: "b"}}); !ok {
+		t.Fatal("acquire after the delay failed")
+	}
+	mustNil(t, s.SessionDestroy(7, late, "b")) // b had no lock-delay: nothing new recorded
+	mustNil(t, s.SessionCreate(8, &state.Session{ID: "c", Node: "n1", LockDelay: 30 * time.Second}))
+	if ok, _ := s.KVS(9, late, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "k2", Session: "c"}}); !ok {
+		t.Fatal("acquire of k2 failed")
+	}
+	mustNil(t, s.SessionCreate(10, &state.Session{ID: "d", Node: "n1"}))
+	mustNil(t, s.SessionDestroy(11, late, "c")) // k2 delayed until late+30s
+	if ok, _ := s.KVS(12, late.Add(31*time.Second), &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "k2", Session: "d"}}); !ok {
+		t.Fatal("acquire of k2 by d failed")
+	}
+	// A stamp from a leader whose clock is behind: still inside the recorded
+	// delay, yet d already holds k2, so its re-acquire must succeed.
+	ok, err := s.KVS(13, late.Add(time.Second), &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "k2", Session: "d", Value: []byte("v2")}})
+	if !ok || err != nil {
+		t.Fatalf("holder re-acquire during a recorded lock-delay = %v, %v", ok, err)
+	}
+	res, errs := s.Txn(14, late.Add(time.Second), []*state.TxnOp{{KV: &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "k2", Session: "d", Value: []byte("v3")}}}})
+	if len(errs) != 0 || len(res) != 1 {
+		t.Fatalf("txn re-acquire by holder = %v, %v", res, errs)
+	}
+}
+
+func mustNil(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

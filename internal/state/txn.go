@@ -113,7 +113,7 @@ func (tx *wtx) txnKV(req *KVRequest) ([]*TxnResult, error) {
 		}
 		return nil, nil
 	case OpLock:
-		if req.Entry.Session != "" && tx.delayed(key) {
+		if req.Entry.Session != "" && (cur == nil || cur.Session != req.Entry.Session) && tx.delayed(key) {
 			return nil, fmt.Errorf("failed to lock key %q due to lock delay", key)
 		}
 	case OpSet, OpCAS, OpUnlock, OpDelete, OpDeleteTree, OpDeleteCAS:
