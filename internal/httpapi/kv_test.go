@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -381,3 +382,14 @@ func TestErrorTable(t *testing.T) {
 }
 
 func strconvErr() error { _, err := strconv.Atoi("x"); return err }
+
+func TestKVTooLargeChunked(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.MaxValueSize = 8 })
+	req := httptest.NewRequest("PUT", "/v1/kv/big", strings.NewReader("123456789"))
+	req.ContentLength = -1 // length unknown: the limit is enforced while reading
+	rec := httptest.NewRecorder()
+	e.h.ServeHTTP(rec, req)
+	if rec.Code != 413 || rec.Body.String() != "Request body too large, max size: 8 bytes. See "+maxSizeDoc+"." {
+		t.Fatalf("got %d %q", rec.Code, rec.Body.String())
+	}
+}
