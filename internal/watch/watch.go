@@ -48,7 +48,8 @@ type Options struct {
 //   - the first evaluation returns at once if its index is above MinIndex;
 //   - an index below MinIndex (the caller is ahead of us, or state was
 //     restored from an older snapshot) returns at once so the client resets;
-//   - after a wake-up, a single object that is still missing re-baselines
+//   - after a wake-up, a single object that was missing at the previous
+//     evaluation and is still missing re-baselines
 //     MinIndex to the current index and keeps waiting, so writes to
 //     unrelated keys do not turn into a storm of 404s.
 //
@@ -64,6 +65,7 @@ func Block(ctx context.Context, clk clock.Clock, opts Options, q Query) error {
 	defer t.Stop()
 
 	min := opts.MinIndex
+	prevFound := true
 	for first := true; ; first = false {
 		ws := NewSet()
 		idx, found, err := q(ws)
@@ -73,11 +75,13 @@ func Block(ctx context.Context, clk clock.Clock, opts Options, q Query) error {
 		switch {
 		case idx < min:
 			return nil
-		case idx > min && (first || found):
+		case idx > min && (first || found || prevFound):
+			// Changed: it exists, or it existed last time and is now gone.
 			return nil
 		case idx > min:
-			min = idx // still missing: re-baseline and keep waiting
+			min = idx // missing before and still missing: re-baseline, keep waiting
 		}
+		prevFound = found
 		if err := ws.WatchCtx(wctx); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
