@@ -198,13 +198,22 @@ func (s *Server) ConsistentRead(ctx context.Context) error {
 	if s.raft.State() != raft.Leader {
 		return ErrNoLeader
 	}
+	if err := s.reads.wait(ctx); err != nil {
+		return err
+	}
+	if !s.readyForReads.Load() {
+		return ErrNoLeader
+	}
+	return nil
+}
+
+// verifyLeader is one round of the read barrier: a quorum confirms this
+// server still leads.
+func (s *Server) verifyLeader() error {
 	if err := s.raft.VerifyLeader().Error(); err != nil {
 		if errors.Is(err, raft.ErrRaftShutdown) {
 			return ErrShuttingDown
 		}
-		return ErrNoLeader
-	}
-	if !s.readyForReads.Load() {
 		return ErrNoLeader
 	}
 	return nil

@@ -120,6 +120,8 @@ type Server struct {
 	// readyForReads is set once a new leader has applied everything
 	// committed before its term (after the leadership barrier).
 	readyForReads atomic.Bool
+	// reads coalesces the leadership checks of consistent reads.
+	reads readBarrier
 
 	leaderMu     sync.Mutex
 	leaderCancel context.CancelFunc // stops the leader duties of the current term
@@ -192,6 +194,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: starting raft: %w", err)
 	}
 	s.raft = r
+	s.reads.verify = s.verifyLeader
 	s.timers = ttl.New(s.clk, s.onSessionExpired)
 
 	s.wg.Add(1)
