@@ -16,6 +16,7 @@ import (
 
 	"github.com/holdfast/holdfast/clock"
 	"github.com/holdfast/holdfast/internal/fsm"
+	"github.com/holdfast/holdfast/internal/gossip"
 	"github.com/holdfast/holdfast/internal/ttl"
 )
 
@@ -58,6 +59,12 @@ type Config struct {
 	// RaftTuning, if set, edits the raft configuration before use (tests
 	// shorten timeouts with it).
 	RaftTuning func(*raft.Config)
+
+	// Gossip, if set, makes the server a member of a gossip pool with this
+	// configuration (its Name is NodeName; role, dc, raft and http tags
+	// are added), and the leader keeps the catalog in step with the pool
+	// (see serf.go). Nil: no gossip.
+	Gossip *gossip.Config
 }
 
 func (c *Config) setDefaults() error {
@@ -127,6 +134,8 @@ type Server struct {
 	leaderCancel context.CancelFunc // stops the leader duties of the current term
 	leaderDone   chan struct{}
 
+	serf *serfState // gossip; nil without Config.Gossip
+
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
 	wg           sync.WaitGroup
@@ -195,6 +204,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.raft = r
 	s.reads.verify = s.verifyLeader
+	if err := s.startGossip(); err != nil {
+		r.Shutdown().Error()
+		s.closeStores()
+		return nil, err
+	}
 	s.timers = ttl.New(s.clk, s.onSessionExpired)
 
 	s.wg.Add(1)
@@ -217,6 +231,7 @@ func (s *Server) Shutdown() error {
 	var err error
 	s.shutdownOnce.Do(func() {
 		close(s.shutdownCh)
+		s.stopGossip()
 		s.wg.Wait()
 		s.stopLeading()
 		s.timers.Close()

@@ -1,0 +1,379 @@
+package server
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/holdfast/holdfast/internal/fsm"
+	"github.com/holdfast/holdfast/internal/gossip"
+	"github.com/holdfast/holdfast/internal/state"
+)
+
+// Gossip and the catalog.
+//
+// While this server leads, it keeps the catalog in step with the gossip
+// pool, as Consul's leader does with serf:
+//
+//   - an alive member's node is registered, at its gossip address, with a
+//     passing serfHealth check ("Agent alive and reachable");
+//   - a failed member's serfHealth goes critical ("Agent not live or
+//     unreachable"); the state machine invalidates every session bound to
+//     it in that same raft step, releasing (or deleting) their locks;
+//   - a member that left gracefully is deregistered, which invalidates its
+//     sessions too;
+//   - a member that is leaving is left alone until it has left.
+//
+// On gaining leadership the leader reconciles every member once, then each
+// change as the pool reports it, and every reconcile interval it does the
+// whole pool again (a safety net for lost work). A full pass also
+// deregisters nodes that carry a serfHealth check but that the pool does not
+// know at all (reaped members) — but not in the first Timing.Settle after
+// the pool started: a restarted server has not yet heard from the agents
+// that are still alive, and must not drop their sessions for it.
+//
+// This server's own node is not reconciled from gossip: registerSelf keeps
+// it registered.
+
+const (
+	// serfLeaderPoll is how often a server that is not reconciling checks
+	// whether it has become a ready leader.
+	serfLeaderPoll = 100 * time.Millisecond
+	// serfRetry is the wait after a failed reconcile.
+	serfRetry = time.Second
+	// Full reconcile periods by profile.
+	serfReconcileLAN  = 60 * time.Second
+	serfReconcileFast = 5 * time.Second
+)
+
+// Serf health check texts, Consul's.
+const (
+	serfCheckName       = "Serf Health Status"
+	serfCheckAliveOut   = "Agent alive and reachable"
+	serfCheckCriticalOu = "Agent not live or unreachable"
+)
+
+// membership is what reconciliation needs from the gossip pool. Tests feed
+// a fake and call memberEvent themselves.
+type membership interface {
+	Members() []gossip.Member
+}
+
+// serfState is the server's side of gossip. pending holds, per member, the
+// latest event not yet reconciled; kick wakes the loop.
+type serfState struct {
+	pool     *gossip.Pool // nil when the membership is a fake
+	members  membership
+	started  time.Time     // when the pool started, on the server's clock
+	grace    time.Duration // see the file comment
+	interval time.Duration // full reconcile period
+
+	self    string // this server's node, which gossip does not reconcile
+	mu      sync.Mutex
+	pending map[string]gossip.Event
+	kick    chan struct{}
+}
+
+func newSerfState(self string) *serfState {
+	return &serfState{self: self, pending: make(map[string]gossip.Event), kick: make(chan struct{}, 1)}
+}
+
+// startGossip joins this server to a gossip pool of its own (a pool of one
+// until someone joins it) if Config.Gossip is set. It is called by New once
+// raft is up.
+func (s *Server) startGossip() error {
+	if s.cfg.Gossip == nil {
+		return nil
+	}
+	gc := *s.cfg.Gossip
+	gc.Name = s.cfg.NodeName
+	tags := make(map[string]string, len(gc.Tags)+4)
+	for k, v := range gc.Tags {
+		tags[k] = v
+	}
+	tags["role"] = "server"
+	if tags["dc"] == "" {
+		tags["dc"] = s.cfg.Datacenter
+	}
+	if tags["raft"] == "" {
+		tags["raft"] = string(s.trans.LocalAddr())
+	}
+	if tags["http"] == "" && s.cfg.HTTPAddr != "" {
+		tags["http"] = s.cfg.HTTPAddr
+	}
+	gc.Tags = tags
+	if gc.Logger == nil {
+		gc.Logger = s.log.Named("gossip")
+	}
+	if gc.Clock == nil {
+		gc.Clock = s.clk
+	}
+	sf := newSerfState(s.cfg.NodeName)
+	gc.Notify = sf.memberEvent
+	pool, err := gossip.New(gc)
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	sf.pool = pool
+	s.serf = sf
+	interval := serfReconcileLAN
+	if pool.Profile() == gossip.ProfileFast {
+		interval = serfReconcileFast
+	}
+	s.startSerf(sf, pool, pool.Timing().Settle(), interval)
+	return nil
+}
+
+// startSerf starts reconciling m into the catalog; events reach it
+// through sf.memberEvent.
+func (s *Server) startSerf(sf *serfState, m membership, grace, interval time.Duration) {
+	sf.members = m
+	sf.started = s.clk.Now()
+	sf.grace = grace
+	sf.interval = interval
+	s.wg.Add(1)
+	go s.serfLoop(sf)
+}
+
+// stopGossip stops gossiping, without a goodbye. Called by Shutdown.
+func (s *Server) stopGossip() {
+	if s.serf != nil && s.serf.pool != nil {
+		if err := s.serf.pool.Shutdown(); err != nil {
+			s.log.Warn("stopping gossip", "error", err)
+		}
+	}
+}
+
+// Gossip returns this server's gossip pool, or nil if it has none. Callers
+// may Join through it and list its Members.
+func (s *Server) Gossip() *gossip.Pool {
+	if s.serf == nil {
+		return nil
+	}
+	return s.serf.pool
+}
+
+// memberEvent records a membership change for the reconcile loop. It never
+// blocks: the pool calls it from its delivery goroutine.
+func (sf *serfState) memberEvent(ev gossip.Event) {
+	if ev.Member.Name == sf.self {
+		return
+	}
+	sf.mu.Lock()
+	sf.pending[ev.Member.Name] = ev
+	sf.mu.Unlock()
+	select {
+	case sf.kick <- struct{}{}:
+	default:
+	}
+}
+
+// takePending empties the pending set and returns its events by member
+// name.
+func (sf *serfState) takePending() []gossip.Event {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	out := make([]gossip.Event, 0, len(sf.pending))
+	for _, ev := range sf.pending {
+		out = append(out, ev)
+	}
+	sf.pending = make(map[string]gossip.Event)
+	sort.Slice(out, func(i, j int) bool { return out[i].Member.Name < out[j].Member.Name })
+	return out
+}
+
+// putBack returns unreconciled events to the pending set, unless a newer
+// event about the same member arrived meanwhile.
+func (sf *serfState) putBack(evs []gossip.Event) {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	for _, ev := range evs {
+		if _, newer := sf.pending[ev.Member.Name]; !newer {
+			sf.pending[ev.Member.Name] = ev
+		}
+	}
+}
+
+// leaderTerm returns the done channel of the current leader term if this
+// server leads and has applied everything committed before its term;
+// otherwise nil.
+func (s *Server) leaderTerm() <-chan struct{} {
+	s.leaderMu.Lock()
+	done := s.leaderDone
+	s.leaderMu.Unlock()
+	if done == nil || !s.readyForReads.Load() {
+		return nil
+	}
+	return done
+}
+
+// serfLoop runs for the server's life. While this server is a ready leader
+// it reconciles: everything once per term and per interval, and each
+// member as its events arrive. Otherwise it waits to become one.
+func (s *Server) serfLoop(sf *serfState) {
+	defer s.wg.Done()
+	var (
+		term <-chan struct{} // the reconciling term; closed when it ends
+		full = true          // a full reconcile is due
+	)
+	timer := s.clk.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := time.Duration(0) // 0 leaves the timer as it is
+		if term == nil {
+			if done := s.leaderTerm(); done != nil {
+				term, full = done, true
+			} else {
+				next = serfLeaderPoll
+			}
+		}
+		if term != nil {
+			if full {
+				if err := s.reconcileAll(sf); err != nil {
+					s.log.Warn("reconciling the gossip pool into the catalog failed; will retry", "error", err)
+					next = serfRetry
+				} else {
+					full = false
+					next = sf.interval
+				}
+			} else if err := s.reconcilePending(sf); err != nil {
+				s.log.Warn("reconciling a member into the catalog failed; will retry", "error", err)
+				full = true
+				next = serfRetry
+			}
+		}
+		if next > 0 {
+			timer.Reset(next)
+		}
+		select {
+		case <-s.shutdownCh:
+			return
+		case <-term:
+			term = nil
+		case <-sf.kick:
+		case <-timer.C():
+			if term != nil {
+				full = true
+			}
+		}
+	}
+}
+
+// reconcileAll brings every member into the catalog, then removes nodes
+// the pool has forgotten (outside the grace period). Events pending when
+// it starts are superseded by it.
+func (s *Server) reconcileAll(sf *serfState) error {
+	sf.takePending()
+	members := sf.members.Members()
+	known := make(map[string]bool, len(members))
+	for _, m := range members {
+		known[m.Name] = true
+		if m.Name == s.cfg.NodeName {
+			continue
+		}
+		if err := s.reconcileMember(m); err != nil {
+			return err
+		}
+	}
+	if s.clk.Now().Before(sf.started.Add(sf.grace)) {
+		return nil
+	}
+	_, nodes := s.State().Nodes(nil)
+	for _, n := range nodes {
+		if known[n.Node] || n.Node == s.cfg.NodeName {
+			continue
+		}
+		if err := s.reconcileGone(n.Node); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reconcilePending reconciles the members whose events are pending. On an
+// error the events not done go back to the pending set.
+func (s *Server) reconcilePending(sf *serfState) error {
+	evs := sf.takePending()
+	for i, ev := range evs {
+		var err error
+		if ev.Type == gossip.EventReap {
+			err = s.reconcileGone(ev.Member.Name)
+		} else {
+			err = s.reconcileMember(ev.Member)
+		}
+		if err != nil {
+			sf.putBack(evs[i:])
+			return err
+		}
+	}
+	return nil
+}
+
+// reconcileMember makes the catalog agree with what gossip says of m. It
+// writes only when something must change.
+func (s *Server) reconcileMember(m gossip.Member) error {
+	st := s.State()
+	_, node, _ := st.NodeInfo(nil, m.Name)
+	chk := st.Check(m.Name, state.SerfCheckID)
+	dc := m.Tags["dc"]
+	if dc == "" {
+		dc = s.cfg.Datacenter
+	}
+	switch m.Status {
+	case gossip.StatusAlive:
+		if node != nil && node.Address == m.Addr && chk != nil && chk.Status == state.HealthPassing {
+			return nil
+		}
+		req := &state.RegisterRequest{Node: m.Name, Address: m.Addr, Datacenter: dc,
+			Check: &state.HealthCheck{CheckID: state.SerfCheckID, Name: serfCheckName,
+				Status: state.HealthPassing, Output: serfCheckAliveOut}}
+		if node != nil { // keep what else is known of the node
+			req.ID, req.TaggedAddresses, req.NodeMeta = node.ID, node.TaggedAddresses, node.Meta
+		}
+		s.log.Info("member alive: registering its node", "member", m.Name, "addr", m.Addr)
+		return s.applyCatalog(fsm.TypeRegister, req)
+
+	case gossip.StatusFailed:
+		if chk != nil && chk.Status == state.HealthCritical {
+			return nil
+		}
+		req := &state.RegisterRequest{Node: m.Name, Address: m.Addr, Datacenter: dc,
+			SkipNodeUpdate: node != nil,
+			Check: &state.HealthCheck{CheckID: state.SerfCheckID, Name: serfCheckName,
+				Status: state.HealthCritical, Output: serfCheckCriticalOu}}
+		s.log.Info("member failed: its serfHealth check goes critical and its sessions are invalidated", "member", m.Name)
+		return s.applyCatalog(fsm.TypeRegister, req)
+
+	case gossip.StatusLeft:
+		if node == nil {
+			return nil
+		}
+		s.log.Info("member left: deregistering its node", "member", m.Name)
+		return s.applyCatalog(fsm.TypeDeregister, &state.DeregisterRequest{Node: m.Name})
+	}
+	// Leaving: wait for it to have left.
+	return nil
+}
+
+// reconcileGone deregisters a node the pool no longer knows, if it is a
+// gossip node (one with a serfHealth check). Nodes registered through the
+// catalog API without one are not gossip's business.
+func (s *Server) reconcileGone(name string) error {
+	if name == s.cfg.NodeName || s.State().Check(name, state.SerfCheckID) == nil {
+		return nil
+	}
+	s.log.Info("member forgotten by the pool: deregistering its node", "member", name)
+	return s.applyCatalog(fsm.TypeDeregister, &state.DeregisterRequest{Node: name})
+}
+
+func (s *Server) applyCatalog(t fsm.Type, body interface{}) error {
+	res, err := s.apply(t, body)
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		return fmt.Errorf("server: catalog refused the change: %w", res.Err)
+	}
+	return nil
+}
