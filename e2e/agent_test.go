@@ -91,6 +91,15 @@ type agentOpts struct {
 // is killed when the test ends, if it is still running.
 func startAgent(t *testing.T, o agentOpts) *agent {
 	t.Helper()
+	a := launchAgent(t, o)
+	a.waitReady()
+	return a
+}
+
+// launchAgent starts an agent and returns as soon as it has said where it
+// listens, which it does before it has elected itself or replayed its log.
+func launchAgent(t *testing.T, o agentOpts) *agent {
+	t.Helper()
 	if binPath == "" {
 		t.Skip("e2e tests do not run under -short")
 	}
@@ -151,19 +160,19 @@ func startAgent(t *testing.T, o agentOpts) *agent {
 	case <-time.After(startTimeout):
 		t.Fatalf("holdfast agent did not say where it listens within %v; stdout:\n%s", startTimeout, a.stdout.String())
 	}
-	a.waitReady()
 	return a
 }
 
 var httpLine = regexp.MustCompile(`^\s*http:\s+http://(\S+)`)
 
 // waitReady polls the agent's health endpoint until its node's serfHealth
-// check is passing: then it leads, has applied its log and sessions with
-// default checks can be created.
+// check is passing in a consistent read: then it leads, has applied its
+// whole log (a default-mode read may be answered by a new leader before
+// that) and sessions with default checks can be created.
 func (a *agent) waitReady() {
 	a.t.Helper()
 	deadline := time.Now().Add(startTimeout)
-	url := "http://" + a.httpAddr + "/v1/health/node/" + a.node
+	url := "http://" + a.httpAddr + "/v1/health/node/" + a.node + "?consistent"
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	var last string
