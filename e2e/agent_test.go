@@ -59,10 +59,17 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	// Agents that gossip must do it on a port of their own: ask for a
+	// free one if this build has the flag.
+	usage, _ := exec.Command(binPath, "agent", "-h").CombinedOutput()
+	hasSerfAddr = bytes.Contains(usage, []byte("-serf-addr"))
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+// hasSerfAddr is set when the agent takes -serf-addr (its gossip address).
+var hasSerfAddr bool
 
 // agent is a running `holdfast agent` process.
 type agent struct {
@@ -110,6 +117,9 @@ func launchAgent(t *testing.T, o agentOpts) *agent {
 		o.raftAddr = freeAddr(t)
 	}
 	args := []string{"agent", "-http-addr", "127.0.0.1:0", "-server-addr", o.raftAddr, "-node", o.node, "-log-level", "debug"}
+	if hasSerfAddr {
+		args = append(args, "-serf-addr", "127.0.0.1:0")
+	}
 	if o.dev {
 		args = append(args, "-dev")
 	} else {
