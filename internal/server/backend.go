@@ -42,6 +42,17 @@ func (s *Server) Self() map[string]interface{} {
 	}
 }
 
+// ready reports whether this server leads and has applied everything
+// committed before its term. Write paths that read the state before they
+// propose (lock-delay, existence checks) must not run before that: right
+// after a restart the state is still being replayed.
+func (s *Server) ready() error {
+	if s.raft.State() != raft.Leader || !s.readyForReads.Load() {
+		return ErrNoLeader
+	}
+	return nil
+}
+
 func resultErr(res *fsm.Result, err error) error {
 	if err != nil {
 		return err
@@ -53,6 +64,9 @@ func resultErr(res *fsm.Result, err error) error {
 // lock-delay on the leader, so a refused acquire costs no raft write and the
 // caller learns how long the delay has left.
 func (s *Server) KVS(ctx context.Context, req *state.KVRequest) (bool, time.Duration, error) {
+	if err := s.ready(); err != nil {
+		return false, 0, err
+	}
 	if req.Op == state.OpLock {
 		if _, cur := s.State().KVGet(nil, req.Entry.Key); cur != nil && cur.Session == req.Entry.Session {
 			// The holder re-acquiring to update its value: not subject to lock-delay.
@@ -75,6 +89,9 @@ func (s *Server) KVS(ctx context.Context, req *state.KVRequest) (bool, time.Dura
 // SessionCreate validates a session, gives it an ID and commits it; a
 // session with a TTL gets its timer on this leader.
 func (s *Server) SessionCreate(ctx context.Context, in *state.Session) (string, error) {
+	if err := s.ready(); err != nil {
+		return "", err
+	}
 	sess := *in
 	if sess.Node == "" {
 		sess.Node = s.cfg.NodeName
@@ -119,6 +136,9 @@ func (s *Server) SessionCreate(ctx context.Context, in *state.Session) (string, 
 // SessionDestroy invalidates a session. Destroying an unknown session
 // writes nothing.
 func (s *Server) SessionDestroy(ctx context.Context, id string) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
 	if _, sess := s.State().SessionGet(nil, id); sess == nil {
 		return nil
 	}
@@ -132,8 +152,8 @@ func (s *Server) SessionDestroy(ctx context.Context, id string) error {
 // SessionRenew restarts a session's TTL timer. It writes nothing to raft:
 // the timer is leader-local soft state.
 func (s *Server) SessionRenew(ctx context.Context, id string) (*state.Session, error) {
-	if s.raft.State() != raft.Leader || !s.readyForReads.Load() {
-		return nil, ErrNoLeader
+	if err := s.ready(); err != nil {
+		return nil, err
 	}
 	_, sess := s.State().SessionGet(nil, id)
 	if sess == nil {
@@ -170,6 +190,9 @@ func (s *Server) Txn(ctx context.Context, ops []*state.TxnOp) ([]*state.TxnResul
 
 // QuerySet creates or updates a prepared query.
 func (s *Server) QuerySet(ctx context.Context, q *state.PreparedQuery) (string, error) {
+	if err := s.ready(); err != nil {
+		return "", err
+	}
 	nq := *q
 	if nq.ID == "" {
 		id, err := newID()
@@ -224,7 +247,9 @@ func (s *Server) verifyLeader() error {
 func (s *Server) LeaderStatus() (bool, time.Duration) {
 	addr, _ := s.raft.LeaderWithID()
 	if s.raft.State() == raft.Leader {
-		return true, 0
+		// Known only once the log is replayed: before that, reads would
+		// answer from a state that is behind acknowledged writes.
+		return s.readyForReads.Load(), 0
 	}
 	last := s.raft.LastContact()
 	if last.IsZero() {
