@@ -31,6 +31,9 @@ and Consul's HTTP API.
   holdfast agent -dev                 in-memory, for trying things out
   holdfast agent -data-dir DIR        durable: every key and session survives a restart
   holdfast agent                      durable, in the default data directory
+  holdfast agent -server=false -join ADDR
+                                      a client agent: gossip and HTTP only,
+                                      forwarding to the servers of ADDR's pool
 
 Options:
 `
@@ -53,7 +56,12 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		multiplier = fs.Float64("session-ttl-multiplier", 1, "how many TTLs an unrenewed session lives: 1 invalidates it at its TTL; Consul uses 2")
 		ttlMin     = fs.Duration("session-ttl-min", 10*time.Second, "smallest session TTL accepted")
 		debugAddr  = fs.String("debug-addr", "", "if set, serve Go's pprof profiles on this address (e.g. 127.0.0.1:8501)")
+		serfAddr   = fs.String("serf-addr", "127.0.0.1:8301", "address the agent gossips on, TCP and UDP (port 0 picks a free one)")
+		isServer   = fs.Bool("server", true, "run a server; -server=false runs a client agent: no raft, requests forwarded to a server learned through gossip")
+		gossipProf = fs.String("gossip-profile", "lan", "failure detector timing: lan, or fast (for tests on one machine)")
+		joins      stringList
 	)
+	fs.Var(&joins, "join", "gossip `address` (host:port) of an agent whose pool to join; may be repeated; retried until it works")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -67,6 +75,10 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	if level == hclog.NoLevel {
 		return &ExitError{Code: 1, Msg: fmt.Sprintf("agent: unknown -log-level %q: use trace, debug, info, warn or error", *logLevel)}
 	}
+	gopts, err := parseGossipFlags(*serfAddr, *gossipProf, joins)
+	if err != nil {
+		return &ExitError{Code: 1, Msg: err.Error()}
+	}
 	if *dev && *dataDir != "" {
 		return &ExitError{Code: 1, Msg: "agent: -dev keeps everything in memory; it cannot be combined with -data-dir"}
 	}
@@ -78,6 +90,9 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		}
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "holdfast", Level: level, Output: stdio.Err})
+	if !*isServer {
+		return runClientAgent(ctx, stdio, clientOptions{node: *node, datacenter: *dc, httpAddr: *httpAddr, gossip: gopts, logger: logger})
+	}
 
 	ln, err := net.Listen("tcp", *httpAddr)
 	if err != nil {
@@ -89,6 +104,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		NodeName: *node, Datacenter: *dc, DataDir: dir, RaftAddr: *raftAddr,
 		HTTPAddr: ln.Addr().String(), Logger: logger,
 		SessionTTLMultiplier: *multiplier, SessionTTLMin: *ttlMin,
+		Gossip: gopts.config(logger, nil),
 	})
 	if err != nil {
 		return &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "server: ")}
@@ -102,7 +118,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 			return rand.N(max)
 		},
 	})
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: withAgentRoutes(srv.Gossip(), handler), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 
@@ -126,8 +142,9 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	if dir != "" {
 		storage = "durable, in " + dir
 	}
-	fmt.Fprintf(stdio.Out, "holdfast agent running\n  node:    %s\n  http:    http://%s\n  raft:    %s\n  storage: %s\n",
-		srv.NodeName(), ln.Addr(), *raftAddr, storage)
+	fmt.Fprintf(stdio.Out, "holdfast agent running\n  node:    %s\n  http:    http://%s\n  raft:    %s\n  gossip:  %s\n  storage: %s\n",
+		srv.NodeName(), ln.Addr(), *raftAddr, srv.Gossip().Addr(), storage)
+	startJoin(ctx, srv.Gossip(), gopts.joins, logger)
 
 	var runErr error
 	select {

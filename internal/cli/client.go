@@ -1,0 +1,378 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/holdfast/holdfast/internal/gossip"
+)
+
+// The client agent (holdfast agent -server=false): no raft and no state,
+// only gossip and the HTTP API. It joins a server's pool, which makes the
+// leader register its node with a serfHealth check, and forwards every HTTP
+// request to a server it learned from the pool (a member with role=server
+// and an http tag). Two things it answers or amends itself:
+//
+//   - PUT /v1/session/create without a Node gets this agent's node, so
+//     sessions made through it live and die with it;
+//   - /v1/agent/self describes this agent, and /v1/agent/members lists its
+//     view of the pool.
+//
+// When the agent is stopped (SIGINT or SIGTERM) it leaves the pool
+// gracefully, so its node is deregistered; when it is killed, the pool
+// declares it failed and the sessions bound to its serfHealth check are
+// invalidated.
+
+// Join retry backoff of an agent's -join addresses.
+const (
+	joinRetryFirst = 500 * time.Millisecond
+	joinRetryMax   = 30 * time.Second
+)
+
+// maxSessionBody bounds a session-create body the client agent rewrites.
+const maxSessionBody = 1 << 20
+
+// gossipOptions are the agent's gossip flags, checked.
+type gossipOptions struct {
+	bindAddr string
+	bindPort int
+	profile  gossip.Profile
+	joins    []string
+}
+
+// parseGossipFlags checks -serf-addr, -gossip-profile and -join, so that a
+// bad value stops the agent before anything starts.
+func parseGossipFlags(serfAddr, profile string, joins []string) (gossipOptions, error) {
+	var o gossipOptions
+	host, port, err := net.SplitHostPort(serfAddr)
+	if err != nil {
+		return o, fmt.Errorf("agent: bad -serf-addr %q: want host:port, such as 127.0.0.1:8301", serfAddr)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return o, fmt.Errorf("agent: bad -serf-addr %q: port %q is not a number from 0 to 65535", serfAddr, port)
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	o.bindAddr, o.bindPort = host, p
+	if o.profile, err = gossip.ParseProfile(profile); err != nil {
+		return o, fmt.Errorf("agent: bad -gossip-profile: %s", strings.TrimPrefix(err.Error(), "gossip: "))
+	}
+	for _, j := range joins {
+		a, err := gossip.CheckJoinAddr(j)
+		if err != nil {
+			return o, fmt.Errorf("agent: bad -join: %s", strings.TrimPrefix(err.Error(), "gossip: "))
+		}
+		o.joins = append(o.joins, a)
+	}
+	return o, nil
+}
+
+func (o gossipOptions) config(logger hclog.Logger, tags map[string]string) *gossip.Config {
+	return &gossip.Config{BindAddr: o.bindAddr, BindPort: o.bindPort, Profile: o.profile, Tags: tags,
+		Logger: logger.Named("gossip")}
+}
+
+// startJoin joins the -join addresses in the background, retrying with
+// backoff until it works, ctx ends or the pool stops. Every failure is
+// logged by the pool. It is not waited for: a dial in flight when the
+// agent stops ends on its own within the gossip TCP timeout.
+func startJoin(ctx context.Context, pool *gossip.Pool, joins []string, logger hclog.Logger) {
+	if len(joins) == 0 {
+		return
+	}
+	go func() {
+		n, err := pool.RetryJoin(ctx, joins, joinRetryFirst, joinRetryMax)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, gossip.ErrShutdown) {
+				logger.Error("giving up joining the gossip pool", "error", err)
+			}
+			return
+		}
+		logger.Info("joined the gossip pool", "agents_contacted", n)
+	}()
+}
+
+// clientOptions configure a client agent.
+type clientOptions struct {
+	node       string
+	datacenter string
+	httpAddr   string
+	gossip     gossipOptions
+	logger     hclog.Logger
+}
+
+func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
+	if o.node == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			return &ExitError{Code: 1, Msg: "agent: no -node given and the host name is unknown"}
+		}
+		o.node = h
+	}
+	ln, err := net.Listen("tcp", o.httpAddr)
+	if err != nil {
+		return &ExitError{Code: 1, Msg: fmt.Sprintf("agent: cannot listen for HTTP on %s: %v", o.httpAddr, err)}
+	}
+	defer ln.Close()
+
+	gc := o.gossip.config(o.logger, map[string]string{"role": "client", "dc": o.datacenter, "http": ln.Addr().String()})
+	gc.Name = o.node
+	pool, err := gossip.New(*gc)
+	if err != nil {
+		return &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "gossip: ")}
+	}
+	c := newClientAgent(o.node, o.datacenter, ln.Addr().String(), pool, o.logger)
+	hs := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+
+	jctx, stopJoin := context.WithCancel(ctx)
+	defer stopJoin()
+	startJoin(jctx, pool, o.gossip.joins, o.logger)
+
+	fmt.Fprintf(stdio.Out, "holdfast agent running (client: no raft; requests go to a server learned through gossip)\n  node:    %s\n  http:    http://%s\n  gossip:  %s\n  join:    %s\n",
+		o.node, ln.Addr(), pool.Addr(), strings.Join(o.gossip.joins, ", "))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(stdio.Out, "holdfast agent shutting down")
+	case err := <-errc:
+		runErr = &ExitError{Code: 1, Msg: "agent: HTTP server stopped: " + err.Error()}
+	}
+	stopJoin()
+	// Leave first, so the servers deregister this node rather than wait to
+	// declare it failed.
+	if err := pool.Leave(5 * time.Second); err != nil {
+		o.logger.Warn("leaving the gossip pool", "error", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	hs.Shutdown(sctx)
+	pool.Shutdown()
+	return runErr
+}
+
+// clientAgent is the HTTP side of a client agent.
+type clientAgent struct {
+	node, dc, httpAddr string
+	pool               *gossip.Pool
+	log                hclog.Logger
+	proxy              *httputil.ReverseProxy
+
+	mu   sync.Mutex
+	last string // the server's HTTP address used last
+	skip string // a server whose last forward failed
+}
+
+type targetKey struct{}
+
+func newClientAgent(node, dc, httpAddr string, pool *gossip.Pool, logger hclog.Logger) *clientAgent {
+	c := &clientAgent{node: node, dc: dc, httpAddr: httpAddr, pool: pool, log: logger.Named("client")}
+	c.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(pr.In.Context().Value(targetKey{}).(*url.URL))
+		},
+		ErrorHandler: c.forwardFailed,
+	}
+	return c
+}
+
+func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/v1/agent/members":
+		serveMembers(c.pool, w, r)
+		return
+	case "/v1/agent/self":
+		c.serveSelf(w, r)
+		return
+	case "/v1/session/create":
+		if r.Method == http.MethodPut || r.Method == http.MethodPost {
+			if err := c.defaultSessionNode(r); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+		}
+	}
+	srv := c.server()
+	if srv == "" {
+		// Consul's words, and a 500 so that clients retry.
+		http.Error(w, "No known Consul servers", http.StatusInternalServerError)
+		return
+	}
+	target := &url.URL{Scheme: "http", Host: srv}
+	c.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target)))
+}
+
+// server picks the HTTP address of a live server: the one used last while
+// it is alive and has not failed a forward, else the first other one by
+// name. "" if the pool knows none.
+func (c *clientAgent) server() string {
+	var cands []string
+	for _, m := range c.pool.Members() {
+		if m.Status != gossip.StatusAlive || memberType(m.Tags) != "server" || m.Tags["http"] == "" {
+			continue
+		}
+		cands = append(cands, serverHTTPAddr(m))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(cands) == 0 {
+		return ""
+	}
+	for _, a := range cands {
+		if a == c.last && a != c.skip {
+			return a
+		}
+	}
+	pick := cands[0]
+	for _, a := range cands {
+		if a != c.skip {
+			pick = a
+			break
+		}
+	}
+	c.last, c.skip = pick, ""
+	return pick
+}
+
+// serverHTTPAddr is a server member's HTTP address; a wildcard host in its
+// http tag (it listens everywhere) is replaced by its gossip address.
+func serverHTTPAddr(m gossip.Member) string {
+	addr := m.Tags["http"]
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return net.JoinHostPort(m.Addr, port)
+	}
+	return addr
+}
+
+func (c *clientAgent) forwardFailed(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return // the caller went away
+	}
+	target := r.Context().Value(targetKey{}).(*url.URL).Host
+	c.mu.Lock()
+	c.skip = target
+	c.mu.Unlock()
+	c.log.Warn("forwarding a request to a server failed", "server", target, "path", r.URL.Path, "error", err)
+	http.Error(w, fmt.Sprintf("holdfast client agent: forwarding to the server at %s failed: %v", target, err), http.StatusInternalServerError)
+}
+
+// defaultSessionNode adds "Node": this agent's node to a session-create
+// body that names none (or an empty one). A body that is not a JSON
+// object is left for the server to refuse.
+func (c *clientAgent) defaultSessionNode(r *http.Request) error {
+	var body []byte
+	if r.Body != nil {
+		b, err := io.ReadAll(io.LimitReader(r.Body, maxSessionBody+1))
+		r.Body.Close()
+		if err != nil {
+			return fmt.Errorf("reading the request body: %v", err)
+		}
+		if len(b) > maxSessionBody {
+			return fmt.Errorf("request body too large: at most %d bytes", maxSessionBody)
+		}
+		body = b
+	}
+	out := body
+	if len(bytes.TrimSpace(body)) == 0 {
+		out, _ = json.Marshal(map[string]string{"Node": c.node})
+	} else {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(body, &obj); err == nil && obj != nil {
+			if rewritten, ok := setNodeIfEmpty(obj, c.node); ok {
+				out = rewritten
+			}
+		}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(out))
+	r.ContentLength = int64(len(out))
+	r.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(out)), nil }
+	return nil
+}
+
+// setNodeIfEmpty sets Node in a decoded session body unless it already
+// names one (JSON field names match case-insensitively, as the server
+// decodes them). ok is false when nothing changed.
+func setNodeIfEmpty(obj map[string]json.RawMessage, node string) ([]byte, bool) {
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !strings.EqualFold(k, "Node") {
+			continue
+		}
+		var v *string
+		if err := json.Unmarshal(obj[k], &v); err != nil {
+			return nil, false // not a string: the server will say so
+		}
+		if v != nil && *v != "" {
+			return nil, false
+		}
+		delete(obj, k)
+	}
+	obj["Node"], _ = json.Marshal(node)
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil, false
+	}
+	return b, true
+}
+
+// serveSelf answers /v1/agent/self for this client agent, in the shape
+// the servers use.
+func (c *clientAgent) serveSelf(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, fmt.Sprintf("method %s not allowed", r.Method), http.StatusMethodNotAllowed)
+		return
+	}
+	me, _ := c.pool.Member(c.node)
+	tags := me.Tags
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	self := map[string]interface{}{
+		"Config": map[string]interface{}{
+			"NodeName":   c.node,
+			"Datacenter": c.dc,
+			"Server":     false,
+			"Version":    "holdfast",
+			"HTTPAddr":   c.httpAddr,
+		},
+		"Member": map[string]interface{}{
+			"Name":   c.node,
+			"Addr":   me.Addr,
+			"Port":   me.Port,
+			"Status": int(me.Status),
+			"Tags":   tags,
+		},
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(self)
+}

@@ -1,0 +1,214 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/holdfast/holdfast/internal/gossip"
+	"github.com/holdfast/holdfast/internal/servertest"
+	"github.com/holdfast/holdfast/internal/state"
+)
+
+// clientFixture is a client agent's HTTP side in front of an in-process
+// server, with the server learned through a real (loopback) gossip pool.
+type clientFixture struct {
+	server *servertest.Server
+	agent  *clientAgent
+	url    string
+}
+
+func newClientFixture(t *testing.T) *clientFixture {
+	t.Helper()
+	st := servertest.New(t, servertest.Options{})
+	_, cli, _ := gossipPair(t, st.Addr)
+	// The leader would register the client's node when it joins; this
+	// server has no gossip, so register it by hand.
+	if err := st.Register(context.Background(), &state.RegisterRequest{Node: "cli1", Address: "127.0.0.1",
+		Check: &state.HealthCheck{CheckID: state.SerfCheckID, Status: state.HealthPassing}}); err != nil {
+		t.Fatal(err)
+	}
+	ca := newClientAgent("cli1", "dc1", "127.0.0.1:18510", cli, hclog.NewNullLogger())
+	hs := httptest.NewServer(ca)
+	t.Cleanup(hs.Close)
+	return &clientFixture{server: st, agent: ca, url: hs.URL}
+}
+
+func do(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+func TestClientAgentSessionsDefaultToItsNode(t *testing.T) {
+	f := newClientFixture(t)
+	for _, tc := range []struct{ name, body, node string }{
+		{"no body", "", "cli1"},
+		{"empty object", "{}", "cli1"},
+		{"empty node", `{"Node":"","TTL":"15s"}`, "cli1"},
+		{"null node", `{"Node":null,"Name":"x"}`, "cli1"},
+		{"lower-case empty node", `{"node":"","Name":"y"}`, "cli1"},
+		{"node given", `{"Node":"node1"}`, "node1"},
+		{"node given in lower case", `{"node":"node1"}`, "node1"},
+	} {
+		code, body := do(t, "PUT", f.url+"/v1/session/create", tc.body)
+		if code != 200 {
+			t.Fatalf("%s: %d %s", tc.name, code, body)
+		}
+		var out struct{ ID string }
+		json.Unmarshal([]byte(body), &out)
+		_, sess := f.server.State().SessionGet(nil, out.ID)
+		if sess == nil || sess.Node != tc.node {
+			t.Fatalf("%s: session %+v, want node %s", tc.name, sess, tc.node)
+		}
+		if tc.name == "empty node" && sess.TTL != "15s" {
+			t.Fatalf("the rewrite lost a field: %+v", sess)
+		}
+	}
+	// A body that is not an object goes to the server as it is, and the
+	// server's error comes back.
+	code, body := do(t, "PUT", f.url+"/v1/session/create", `[1,2]`)
+	if code != 400 {
+		t.Fatalf("array body: %d %s", code, body)
+	}
+	// Only session creation is rewritten.
+	code, body = do(t, "PUT", f.url+"/v1/kv/k", `{}`)
+	if code != 200 || body != "true" {
+		t.Fatalf("kv put: %d %s", code, body)
+	}
+	if _, e := f.server.State().KVGet(nil, "k"); e == nil || string(e.Value) != "{}" {
+		t.Fatalf("kv value: %+v", e)
+	}
+}
+
+func TestClientAgentForwards(t *testing.T) {
+	f := newClientFixture(t)
+	// Writes, reads with query strings and headers go through.
+	if code, body := do(t, "PUT", f.url+"/v1/kv/a/b%2Fc?flags=7", "v"); code != 200 || body != "true" {
+		t.Fatalf("put: %d %s", code, body)
+	}
+	req, _ := http.NewRequest("GET", f.url+"/v1/kv/a/b%2Fc", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("X-Consul-Index") == "" || !strings.Contains(string(b), `"Flags":7`) {
+		t.Fatalf("get: %d %v %s", resp.StatusCode, resp.Header, b)
+	}
+	if _, e := f.server.State().KVGet(nil, "a/b/c"); e == nil {
+		t.Fatal("the key did not reach the server")
+	}
+	// Errors of the server come back as they are.
+	if code, _ := do(t, "GET", f.url+"/v1/kv/missing", ""); code != 404 {
+		t.Fatalf("missing key: %d", code)
+	}
+
+	// /v1/agent/self is the client's own.
+	code, body := do(t, "GET", f.url+"/v1/agent/self", "")
+	var self map[string]map[string]interface{}
+	if err := json.Unmarshal([]byte(body), &self); err != nil || code != 200 {
+		t.Fatalf("self: %d %s", code, body)
+	}
+	if self["Config"]["NodeName"] != "cli1" || self["Config"]["Server"] != false || self["Member"]["Status"] != float64(1) ||
+		self["Member"]["Tags"].(map[string]interface{})["role"] != "client" {
+		t.Fatalf("self: %v", self)
+	}
+	// /v1/agent/members is the client's view of the pool.
+	code, body = do(t, "GET", f.url+"/v1/agent/members", "")
+	if code != 200 || !strings.Contains(body, `"Name":"cli1"`) || !strings.Contains(body, `"Name":"srv1"`) {
+		t.Fatalf("members: %d %s", code, body)
+	}
+}
+
+func TestClientAgentWithoutServers(t *testing.T) {
+	p, err := gossip.New(gossip.Config{Name: "lonely", BindAddr: "127.0.0.1", Profile: gossip.ProfileFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown()
+	hs := httptest.NewServer(newClientAgent("lonely", "dc1", "x", p, hclog.NewNullLogger()))
+	defer hs.Close()
+	code, body := do(t, "GET", hs.URL+"/v1/kv/k", "")
+	if code != 500 || body != "No known Consul servers" {
+		t.Fatalf("no servers: %d %q", code, body)
+	}
+	// The agent's own endpoints still answer.
+	if code, _ := do(t, "GET", hs.URL+"/v1/agent/self", ""); code != 200 {
+		t.Fatalf("self: %d", code)
+	}
+}
+
+func TestClientAgentServerUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	_, cli, _ := gossipPair(t, dead)
+	hs := httptest.NewServer(newClientAgent("cli1", "dc1", "x", cli, hclog.NewNullLogger()))
+	defer hs.Close()
+	code, body := do(t, "GET", hs.URL+"/v1/kv/k", "")
+	if code != 500 || !strings.Contains(body, "forwarding to the server at "+dead+" failed") {
+		t.Fatalf("dead server: %d %q", code, body)
+	}
+}
+
+func TestServerHTTPAddr(t *testing.T) {
+	for _, tc := range []struct{ tag, addr, want string }{
+		{"127.0.0.1:8500", "10.0.0.1", "127.0.0.1:8500"},
+		{"0.0.0.0:8500", "10.0.0.1", "10.0.0.1:8500"},
+		{"[::]:8500", "10.0.0.1", "10.0.0.1:8500"},
+		{":8500", "10.0.0.2", "10.0.0.2:8500"},
+		{"srv.example:8500", "10.0.0.1", "srv.example:8500"},
+	} {
+		got := serverHTTPAddr(gossip.Member{Addr: tc.addr, Tags: map[string]string{"http": tc.tag}})
+		if got != tc.want {
+			t.Errorf("serverHTTPAddr(%s, %s) = %s, want %s", tc.tag, tc.addr, got, tc.want)
+		}
+	}
+}
+
+func TestParseGossipFlags(t *testing.T) {
+	o, err := parseGossipFlags("127.0.0.1:0", "fast", []string{"10.0.0.1", "10.0.0.2:9000"})
+	if err != nil || o.bindAddr != "127.0.0.1" || o.bindPort != 0 || o.profile != gossip.ProfileFast ||
+		strings.Join(o.joins, ",") != "10.0.0.1:8301,10.0.0.2:9000" {
+		t.Fatalf("%+v %v", o, err)
+	}
+	if o, err := parseGossipFlags(":8301", "", nil); err != nil || o.bindAddr != "0.0.0.0" || o.profile != gossip.ProfileLAN {
+		t.Fatalf("%+v %v", o, err)
+	}
+	for _, tc := range []struct{ serf, prof, join, err string }{
+		{"nope", "lan", "", `bad -serf-addr "nope": want host:port`},
+		{"127.0.0.1:x", "lan", "", `port "x" is not a number`},
+		{"127.0.0.1:8301", "slow", "", `bad -gossip-profile: unknown profile "slow"`},
+		{"127.0.0.1:8301", "lan", "a:b:c", `bad -join: bad join address "a:b:c"`},
+		{"127.0.0.1:8301", "lan", "10.0.0.1:0", `bad -join: bad join address "10.0.0.1:0"`},
+	} {
+		var joins []string
+		if tc.join != "" {
+			joins = []string{tc.join}
+		}
+		if _, err := parseGossipFlags(tc.serf, tc.prof, joins); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("parseGossipFlags(%q, %q, %q) = %v, want %q", tc.serf, tc.prof, tc.join, err, tc.err)
+		}
+	}
+}

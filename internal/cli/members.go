@@ -1,0 +1,198 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/internal/gossip"
+)
+
+// The gossip pool over HTTP (/v1/agent/members, served by the agent
+// itself rather than by httpapi, which knows nothing of gossip) and the
+// members command that reads it.
+
+// agentMember is one entry of /v1/agent/members in Consul's shape. Status
+// is serf's number: 1 alive, 2 leaving, 3 left, 4 failed.
+type agentMember struct {
+	Name        string
+	Addr        string
+	Port        uint16
+	Tags        map[string]string
+	Status      int
+	ProtocolMin uint8
+	ProtocolMax uint8
+	ProtocolCur uint8
+	DelegateMin uint8
+	DelegateMax uint8
+	DelegateCur uint8
+}
+
+// withAgentRoutes serves the agent's own endpoints, those that need the
+// gossip pool, and hands everything else to next. It matches the path
+// exactly and does no cleaning, so KV keys with odd slashes reach next
+// untouched.
+func withAgentRoutes(pool *gossip.Pool, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/agent/members" {
+			serveMembers(pool, w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// serveMembers answers GET /v1/agent/members from pool. With ?wan it
+// answers an empty list: holdfast has no WAN pool.
+func serveMembers(pool *gossip.Pool, w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, fmt.Sprintf("method %s not allowed", r.Method), http.StatusMethodNotAllowed)
+		return
+	}
+	out := []agentMember{}
+	if _, wan := r.URL.Query()["wan"]; !wan && pool != nil {
+		for _, m := range pool.Members() {
+			tags := m.Tags
+			if tags == nil {
+				tags = map[string]string{}
+			}
+			out = append(out, agentMember{Name: m.Name, Addr: m.Addr, Port: m.Port, Tags: tags, Status: int(m.Status),
+				ProtocolMin: 1, ProtocolMax: 5, ProtocolCur: 2, DelegateMin: 2, DelegateMax: 5, DelegateCur: 4})
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
+const membersUsage = `
+Usage: holdfast members [options]
+
+  Lists the agents of the gossip pool that the agent at -http-addr belongs
+  to, servers and clients, with the status the pool gives each:
+
+    alive    answering probes
+    leaving  announced that it is leaving
+    left     left gracefully (its node was deregistered)
+    failed   declared dead by the failure detector (its serfHealth check
+             is critical, so sessions bound to it were invalidated)
+
+  Failed and left agents stay listed until the pool forgets them.
+`
+
+func runMembers(ctx context.Context, stdio Stdio, args []string) error {
+	fs := newFlagSet(stdio, "members", membersUsage)
+	var hf httpFlags
+	hf.register(fs)
+	status := fs.String("status", "", "List only the members with this status (alive, leaving, left, failed).")
+	detailed := fs.Bool("detailed", false, "Show every tag of each member.")
+	if done, err := parseFlags(fs, args); done {
+		return err
+	}
+	if n := fs.NArg(); n > 0 {
+		return fail(stdio, fmt.Sprintf("Error! Too many arguments (expected 0, got %d)", n))
+	}
+	switch *status {
+	case "", "alive", "leaving", "left", "failed":
+	default:
+		return fail(stdio, fmt.Sprintf("Error! Unknown -status %q: use alive, leaving, left or failed", *status))
+	}
+	members, err := fetchMembers(ctx, stdio, &hf)
+	if err != nil {
+		return fail(stdio, "Error retrieving members: "+err.Error())
+	}
+	tw := tabwriter.NewWriter(stdio.Out, 0, 8, 2, ' ', 0)
+	if *detailed {
+		fmt.Fprintln(tw, "Node\tAddress\tStatus\tTags")
+	} else {
+		fmt.Fprintln(tw, "Node\tAddress\tStatus\tType\tDC")
+	}
+	for _, m := range members {
+		st := gossip.Status(m.Status).String()
+		if *status != "" && st != *status {
+			continue
+		}
+		addr := net.JoinHostPort(m.Addr, strconv.Itoa(int(m.Port)))
+		if *detailed {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.Name, addr, st, formatTags(m.Tags))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.Name, addr, st, memberType(m.Tags), m.Tags["dc"])
+	}
+	return tw.Flush()
+}
+
+// memberType is "server" or "client" from the role tag (Consul's servers
+// say "consul").
+func memberType(tags map[string]string) string {
+	switch tags["role"] {
+	case "server", "consul":
+		return "server"
+	}
+	return "client"
+}
+
+func formatTags(tags map[string]string) string {
+	keys := make([]string, 0, len(tags))
+	for k := range tags {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + tags[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+// fetchMembers reads /v1/agent/members from the agent the flags name. The
+// api client has no call for it (members are an agent's business, not the
+// cluster's), so this is a plain GET with the same address rules.
+func fetchMembers(ctx context.Context, stdio Stdio, hf *httpFlags) ([]agentMember, error) {
+	cfg := api.ConfigFromEnv(stdio.getenv)
+	if hf.addr != "" {
+		cfg.Address = hf.addr
+	}
+	scheme, host := cfg.Scheme, strings.TrimRight(cfg.Address, "/")
+	if s, rest, ok := strings.Cut(host, "://"); ok {
+		scheme, host = s, rest
+	}
+	if scheme == "" {
+		scheme = "http"
+	}
+	if scheme != "http" && scheme != "https" {
+		return nil, fmt.Errorf("unsupported scheme %q (want http or https)", scheme)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+host+"/v1/agent/members", nil)
+	if err != nil {
+		return nil, err
+	}
+	if hf.token != "" {
+		req.Header.Set("X-Consul-Token", hf.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("Unexpected response code: %d (%s)", resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	var out []agentMember
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("reading the agent's answer: %v", err)
+	}
+	return out, nil
+}
