@@ -498,7 +498,7 @@ func explain(err error, timeout time.Duration) string {
 	s := err.Error()
 	switch {
 	case strings.Contains(s, "connection refused"):
-		return "nothing is listening there (connection refused); is an agent running with that -serf-addr?"
+		return "nothing is listening there (connection refused: is an agent gossiping on that address?)"
 	case strings.Contains(s, "no such host"), strings.Contains(s, "failed to resolve"):
 		return "the host name does not resolve"
 	case strings.Contains(s, "network is unreachable"), strings.Contains(s, "no route to host"):
