@@ -7,6 +7,9 @@
 # holdfast/best-peer ratios. Everything it starts is stopped on exit.
 #
 # See bench/README.md. Run from anywhere: bench/compare.sh -h
+# The whole script is one brace group, so bash reads all of it before running
+# any: editing this file while a comparison runs cannot change that run.
+{
 set -euo pipefail
 
 WORKLOADS="session-churn,lock-own,lock-contend,put,get-consistent,watch-wake,sessions-keepalive"
@@ -21,6 +24,7 @@ ZK_SESSIONS=0
 INSTALL=1
 OUT=""
 HOLDFAST_ARGS=${HOLDFAST_ARGS:-}
+REPORT=""
 
 usage() {
 	cat <<EOF
@@ -36,11 +40,12 @@ usage: bench/compare.sh [options]
   -z N      ZooKeeper sessions (connections) for sessions-keepalive, 0 = skip (default: $ZK_SESSIONS)
   -o FILE   also append every raw result line to FILE
   -n        do not install missing packages
+  -R FILE   only print the table for result lines saved earlier with -o
 Environment: HOLDFAST_ARGS adds flags to 'holdfast agent'.
 EOF
 }
 
-while getopts "w:t:d:k:r:c:s:e:z:o:nh" opt; do
+while getopts "w:t:d:k:r:c:s:e:z:o:R:nh" opt; do
 	case $opt in
 	w) WORKLOADS=$OPTARG ;;
 	t) TARGETS=$OPTARG ;;
@@ -53,6 +58,7 @@ while getopts "w:t:d:k:r:c:s:e:z:o:nh" opt; do
 	z) ZK_SESSIONS=$OPTARG ;;
 	o) OUT=$OPTARG ;;
 	n) INSTALL=0 ;;
+	R) REPORT=$OPTARG ;;
 	h) usage; exit 0 ;;
 	*) usage >&2; exit 2 ;;
 	esac
@@ -266,6 +272,8 @@ run_one() {
 		etcd) extra=(-sessions "$ETCD_SESSIONS") ;;
 		zk) extra=(-sessions "$ZK_SESSIONS" -session-ttl 60s) ;;
 		esac
+		# The server is restarted before the next use: skip destroying 100k sessions.
+		extra+=(-no-cleanup)
 	fi
 	local cmd=("$TMP/peers" -target "$t")
 	[[ $t == holdfast ]] && cmd=("$TMP/loadgen")
@@ -280,43 +288,13 @@ run_one() {
 	echo "$line" >&2
 }
 
-# ---- main
-
-install_pkgs
-build
-IFS=, read -r -a tlist <<<"$TARGETS"
-for t in "${tlist[@]}"; do start "$t" || true; done
-
-IFS=, read -r -a wlist <<<"$WORKLOADS"
-for w in "${wlist[@]}"; do
-	for r in $(seq 1 "$RUNS"); do
-		IFS=, read -r -a tl <<<"$TARGETS"
-		((${#tl[@]})) || break 2
-		# Rotate the order every run so that no target always goes first.
-		n=${#tl[@]}
-		for i in $(seq 0 $((n - 1))); do
-			t=${tl[$(((i + r) % n))]}
-			if [[ $w == sessions-keepalive ]]; then
-				[[ $t == zk && $ZK_SESSIONS == 0 ]] && continue
-				# Memory is measured from a freshly started, empty server.
-				start "$t" || continue
-			fi
-			log "run $r/$RUNS: $w on $t"
-			run_one "$t" "$w"
-		done
-	done
-done
-
-if [[ -s $TMP/errors.log ]]; then
-	log "some runs reported errors; first lines:"
-	sort "$TMP/errors.log" | uniq -c | sort -rn | head -n 10 >&2
-fi
-
 # ---- table: median per (workload, target, metric), ratio to the best peer
-echo
-echo "holdfast vs peers: median of $RUNS runs, ${DURATION} each (sessions-keepalive: $KA_DURATION)"
-[[ -n ${UNAVAILABLE:-} ]] && echo "unavailable:${UNAVAILABLE}"
-awk -v workloads="$WORKLOADS" '
+
+report() {
+	echo
+	echo "holdfast vs peers: median of $RUNS runs, ${DURATION} each (sessions-keepalive: $KA_DURATION)"
+	if [[ -n ${UNAVAILABLE:-} ]]; then echo "unavailable:${UNAVAILABLE}"; fi
+	awk -v workloads="$WORKLOADS" '
 function med(key,   n, i, j, t, a) {
 	n = split(vals[key], a, " ")
 	if (n == 0 || vals[key] == "") return ""
@@ -371,4 +349,55 @@ END {
 	print "hf/best: holdfast divided by the best peer; for rates above 1 is better, for ms, MiB and cpu% below 1 is."
 }
 function fmt(x) { if (x == "") return "-"; return (x + 0 >= 100) ? sprintf("%.0f", x) : sprintf("%.3g", x) }
-' "$RESULTS"
+' "$1"
+}
+
+# ---- main
+
+if [[ -n $REPORT ]]; then
+	report "$REPORT"
+	exit 0
+fi
+install_pkgs
+build
+IFS=, read -r -a tlist <<<"$TARGETS"
+for t in "${tlist[@]}"; do start "$t" || true; done
+
+IFS=, read -r -a wlist <<<"$WORKLOADS"
+DIRTY=0
+for w in "${wlist[@]}"; do
+	if [[ $w == sessions-keepalive ]]; then
+		DIRTY=1
+	elif ((DIRTY)); then
+		# Left with many sessions by sessions-keepalive: start afresh.
+		IFS=, read -r -a tl <<<"$TARGETS"
+		for t in "${tl[@]}"; do start "$t" || true; done
+		DIRTY=0
+	fi
+	for r in $(seq 1 "$RUNS"); do
+		IFS=, read -r -a tl <<<"$TARGETS"
+		((${#tl[@]})) || break 2
+		# Rotate the order every run so that no target always goes first.
+		n=${#tl[@]}
+		for i in $(seq 0 $((n - 1))); do
+			t=${tl[$(((i + r) % n))]}
+			if [[ $w == sessions-keepalive ]]; then
+				[[ $t == zk && $ZK_SESSIONS == 0 ]] && continue
+				# Memory is measured from a freshly started, empty server.
+				start "$t" || continue
+			fi
+			log "run $r/$RUNS: $w on $t"
+			run_one "$t" "$w"
+		done
+	done
+done
+
+if [[ -s $TMP/errors.log ]]; then
+	log "some runs reported errors; first lines:"
+	sort "$TMP/errors.log" | uniq -c | sort -rn | head -n 10 >&2
+	if [[ -n $OUT ]]; then cp "$TMP/errors.log" "$OUT.errors"; fi
+fi
+report "$RESULTS"
+
+exit 0
+}

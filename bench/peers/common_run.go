@@ -61,6 +61,7 @@ type config struct {
 	setupTimeout time.Duration
 	prefix       string
 	quiet        bool
+	noCleanup    bool
 }
 
 func (c *config) register(fs *flag.FlagSet, defaultSessions int) {
@@ -79,6 +80,7 @@ func (c *config) register(fs *flag.FlagSet, defaultSessions int) {
 	fs.DurationVar(&c.setupTimeout, "setup-timeout", 10*time.Minute, "bound on set-up and clean-up phases (e.g. creating 100k sessions)")
 	fs.StringVar(&c.prefix, "prefix", "bench", "key prefix; each run adds its own unique component below it")
 	fs.BoolVar(&c.quiet, "quiet", false, "do not log the first errors to stderr")
+	fs.BoolVar(&c.noCleanup, "no-cleanup", false, "sessions-keepalive: leave the sessions to expire instead of destroying them (for a server about to be restarted)")
 }
 
 func (c *config) check() error {
@@ -506,6 +508,9 @@ func (k *keeper) run(ctx context.Context) (*keeperStats, error) {
 		out.measured = k.cfg.duration
 	}
 
+	if k.cfg.noCleanup {
+		return out, runErr
+	}
 	// Clean up with the same workers, bounded in time.
 	dctx, cancelD := context.WithTimeout(context.Background(), k.cfg.setupTimeout)
 	defer cancelD()
