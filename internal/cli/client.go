@@ -174,7 +174,7 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 // clientAgent is the HTTP side of a client agent.
 type clientAgent struct {
 	node, dc, httpAddr string
-	pool               *gossip.Pool
+	pool               poolView
 	log                hclog.Logger
 	proxy              *httputil.ReverseProxy
 
@@ -185,7 +185,7 @@ type clientAgent struct {
 
 type targetKey struct{}
 
-func newClientAgent(node, dc, httpAddr string, pool *gossip.Pool, logger hclog.Logger) *clientAgent {
+func newClientAgent(node, dc, httpAddr string, pool poolView, logger hclog.Logger) *clientAgent {
 	c := &clientAgent{node: node, dc: dc, httpAddr: httpAddr, pool: pool, log: logger.Named("client")}
 	c.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -224,14 +224,25 @@ func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // server picks the HTTP address of a live server: the one used last while
 // it is alive and has not failed a forward, else the first other one by
-// name. "" if the pool knows none.
+// name. With no live server it tries the failed ones (a restarted server
+// answers HTTP before the pool has seen it again). "" if the pool knows no
+// server at all.
 func (c *clientAgent) server() string {
-	var cands []string
+	var alive, failed []string
 	for _, m := range c.pool.Members() {
-		if m.Status != gossip.StatusAlive || memberType(m.Tags) != "server" || m.Tags["http"] == "" {
+		if memberType(m.Tags) != "server" || m.Tags["http"] == "" {
 			continue
 		}
-		cands = append(cands, serverHTTPAddr(m))
+		switch m.Status {
+		case gossip.StatusAlive:
+			alive = append(alive, serverHTTPAddr(m))
+		case gossip.StatusFailed:
+			failed = append(failed, serverHTTPAddr(m))
+		}
+	}
+	cands := alive
+	if len(cands) == 0 {
+		cands = failed
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -212,3 +212,51 @@ func TestParseGossipFlags(t *testing.T) {
 		}
 	}
 }
+
+type fakePool []gossip.Member
+
+func (f fakePool) Members() []gossip.Member { return f }
+func (f fakePool) Member(name string) (gossip.Member, bool) {
+	for _, m := range f {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return gossip.Member{}, false
+}
+
+func TestClientAgentPicksAServer(t *testing.T) {
+	srv := func(name, http string, st gossip.Status) gossip.Member {
+		return gossip.Member{Name: name, Addr: "10.0.0.1", Status: st, Tags: map[string]string{"role": "server", "http": http}}
+	}
+	pool := fakePool{
+		{Name: "c", Status: gossip.StatusAlive, Tags: map[string]string{"role": "client", "http": "10.0.0.9:8500"}},
+		srv("s0", "10.0.0.10:8500", gossip.StatusLeft),
+		srv("s1", "10.0.0.11:8500", gossip.StatusFailed),
+		srv("s2", "10.0.0.12:8500", gossip.StatusAlive),
+		srv("s3", "10.0.0.13:8500", gossip.StatusAlive),
+		srv("s4", "", gossip.StatusAlive),
+	}
+	c := newClientAgent("c", "dc1", "x", pool, hclog.NewNullLogger())
+	if got := c.server(); got != "10.0.0.12:8500" {
+		t.Fatalf("first pick: %s", got)
+	}
+	// Sticky while it works; after a failed forward, the next one.
+	c.last, c.skip = "10.0.0.13:8500", ""
+	if got := c.server(); got != "10.0.0.13:8500" {
+		t.Fatalf("sticky: %s", got)
+	}
+	c.skip = "10.0.0.13:8500"
+	if got := c.server(); got != "10.0.0.12:8500" {
+		t.Fatalf("after a failure: %s", got)
+	}
+	// No live server: try a failed one (it may be back), never one that left.
+	c.pool = fakePool{pool[0], pool[1], pool[2]}
+	if got := c.server(); got != "10.0.0.11:8500" {
+		t.Fatalf("failed fallback: %s", got)
+	}
+	c.pool = fakePool{pool[0], pool[1]}
+	if got := c.server(); got != "" {
+		t.Fatalf("only a left server: %q", got)
+	}
+}

@@ -37,14 +37,25 @@ type agentMember struct {
 	DelegateCur uint8
 }
 
+// poolView is what the HTTP side of an agent reads from its gossip pool;
+// *gossip.Pool is one.
+type poolView interface {
+	Members() []gossip.Member
+	Member(name string) (gossip.Member, bool)
+}
+
 // withAgentRoutes serves the agent's own endpoints, those that need the
 // gossip pool, and hands everything else to next. It matches the path
 // exactly and does no cleaning, so KV keys with odd slashes reach next
 // untouched.
 func withAgentRoutes(pool *gossip.Pool, next http.Handler) http.Handler {
+	var view poolView
+	if pool != nil {
+		view = pool
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/agent/members" {
-			serveMembers(pool, w, r)
+			serveMembers(view, w, r)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -53,7 +64,7 @@ func withAgentRoutes(pool *gossip.Pool, next http.Handler) http.Handler {
 
 // serveMembers answers GET /v1/agent/members from pool. With ?wan it
 // answers an empty list: holdfast has no WAN pool.
-func serveMembers(pool *gossip.Pool, w http.ResponseWriter, r *http.Request) {
+func serveMembers(pool poolView, w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, fmt.Sprintf("method %s not allowed", r.Method), http.StatusMethodNotAllowed)
