@@ -67,6 +67,9 @@ var lattice = map[string][]string{
 	// the state's types for them, as httpapi does.
 	"internal/gossip":  {"clock", "internal/state"},
 	"internal/httpapi": {"clock", "internal/state", "internal/watch"},
+	// The agent runs its node's checks and writes their status through a
+	// CatalogWriter it declares; it uses the state's types, not the server.
+	"internal/agent": {"clock", "internal/state"},
 	// The server composes the core. It does not import httpapi: httpapi
 	// declares the Backend it needs and cli wires the two together.
 	"internal/server": {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/clock"
+	"github.com/holdfast/holdfast/internal/state"
 )
 
 // Defaults for Options.
@@ -43,6 +44,9 @@ type Options struct {
 	Jitter func(max time.Duration) time.Duration
 	// Logger receives internal errors (5xx). Nil discards.
 	Logger *slog.Logger
+	// Agent runs this node's checks and keeps its services, for
+	// /v1/agent/check* and /v1/agent/service*. Nil answers those 501.
+	Agent AgentBackend
 }
 
 func (o Options) withDefaults() Options {
@@ -109,6 +113,22 @@ func New(b Backend, opts Options) http.Handler {
 	h.handle("/v1/agent/self", false, "GET", h.agentSelf)
 	h.handle("/v1/status/leader", false, "GET", h.statusLeader)
 	h.handle("/v1/status/peers", false, "GET", h.statusPeers)
+
+	h.handle("/v1/agent/check/register", false, "PUT", h.agentCheckRegister)
+	h.handle("/v1/agent/check/deregister", true, "PUT", h.agentCheckDeregister)
+	h.handle("/v1/agent/check/pass", true, "PUT", h.agentCheckTTL(state.HealthPassing))
+	h.handle("/v1/agent/check/warn", true, "PUT", h.agentCheckTTL(state.HealthWarning))
+	h.handle("/v1/agent/check/fail", true, "PUT", h.agentCheckTTL(state.HealthCritical))
+	h.handle("/v1/agent/check/update", true, "PUT", h.agentCheckUpdate)
+	h.handle("/v1/agent/checks", false, "GET", h.agentChecks)
+	h.handle("/v1/agent/service/register", false, "PUT", h.agentServiceRegister)
+	h.handle("/v1/agent/service/deregister", true, "PUT", h.agentServiceDeregister)
+	h.handle("/v1/agent/services", false, "GET", h.agentServices)
+	h.handle("/v1/catalog/services", false, "GET", h.catalogServices)
+	h.handle("/v1/catalog/service", true, "GET", h.catalogService)
+	h.handle("/v1/health/service", true, "GET", h.healthService)
+	h.handle("/v1/health/checks", true, "GET", h.healthChecks)
+	h.handle("/v1/health/state", true, "GET", h.healthState)
 
 	h.handle("/v1/query", false, "GET", h.queryList, "POST", h.queryCreate)
 	h.handle("/v1/query", true, "GET", h.queryGet, "PUT", h.queryUpdate, "DELETE", h.queryDelete)

@@ -79,7 +79,9 @@ func (h *handler) queryGet(w http.ResponseWriter, r *http.Request, arg string) e
 	id, action := queryID(arg)
 	switch action {
 	case "":
-	case "execute", "explain":
+	case "execute":
+		return h.queryExecute(w, r, id)
+	case "explain":
 		return &Error{Kind: KindNotImplemented, Msg: "Prepared query " + action + " is not implemented yet"}
 	default:
 		return notFoundf("Invalid URL path: unknown prepared query action %q", action)

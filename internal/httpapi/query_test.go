@@ -46,7 +46,7 @@ func TestPreparedQueryErrors(t *testing.T) {
 	e.do("POST", "/v1/query", `{"Service":{"Service":"web"},"Template":{"Type":"name_prefix_match"}}`).
 		want(t, 400, "Prepared query templates are not supported")
 	e.do("POST", "/v1/query", `{`).want(t, 400, "Request decode failed: unexpected EOF")
-	e.do("GET", "/v1/query/abc/execute", "").want(t, 501, "Prepared query execute is not implemented yet")
+	e.do("GET", "/v1/query/abc/execute", "").want(t, 404, "Query not found")
 	e.do("GET", "/v1/query/abc/explain", "").want(t, 501, "Prepared query explain is not implemented yet")
 	e.do("GET", "/v1/query/abc/other", "").want(t, 404, `Invalid URL path: unknown prepared query action "other"`)
 	e.do("GET", "/v1/query/", "").want(t, 400, "Missing query ID")

@@ -71,10 +71,13 @@ type CheckDefinition struct {
 	// TTL: the check goes critical unless updated within TTL.
 	TTL time.Duration
 
-	// HTTP: GET (or Method) the URL every Interval, within Timeout.
-	HTTP   string
-	Method string
-	Header map[string][]string
+	// HTTP: GET (or Method) the URL every Interval, within Timeout,
+	// sending Header and Body; TLSSkipVerify accepts any certificate.
+	HTTP          string
+	Method        string
+	Header        map[string][]string
+	Body          string
+	TLSSkipVerify bool
 
 	// TCP: connect to host:port every Interval, within Timeout.
 	TCP string
