@@ -60,30 +60,68 @@ func resultErr(res *fsm.Result, err error) error {
 	return res.Err
 }
 
-// KVS applies a KV write. An acquire is first checked against the key's
-// lock-delay on the leader, so a refused acquire costs no raft write and the
-// caller learns how long the delay has left.
+// KVS applies a KV write. Writes that are bound to fail are refused on the
+// leader without a raft write (see refuseEarly); an acquire refused by
+// lock-delay also reports how long the delay has left.
 func (s *Server) KVS(ctx context.Context, req *state.KVRequest) (bool, time.Duration, error) {
 	if err := s.ready(); err != nil {
 		return false, 0, err
 	}
-	if req.Op == state.OpLock {
-		if _, cur := s.State().KVGet(nil, req.Entry.Key); cur != nil && cur.Session == req.Entry.Session {
-			// The holder re-acquiring to update its value: not subject to lock-delay.
-		} else if until := s.State().KVLockDelay(req.Entry.Key); !until.IsZero() {
-			if left := until.Sub(s.clk.Now()); left > 0 {
-				if _, sess := s.State().SessionGet(nil, req.Entry.Session); sess == nil {
-					return false, 0, fmt.Errorf("%w %q", state.ErrInvalidSession, req.Entry.Session)
-				}
-				return false, left, nil
-			}
-		}
+	if refused, left, err := s.refuseEarly(req); refused || err != nil {
+		return false, left, err
 	}
 	res, err := s.apply(fsm.TypeKVS, req)
 	if err := resultErr(res, err); err != nil {
 		return false, 0, err
 	}
 	return res.OK, 0, nil
+}
+
+// refuseEarly decides, from the leader's applied state, the KV writes that
+// are bound to fail: an acquire of a key another session holds or that is in
+// lock-delay, a CAS whose index does not match, a release by a non-holder.
+// Answering those without a raft write is linearizable (the applied state
+// includes every acknowledged write, and a refusal changes nothing), and it
+// keeps a crowd of waiters racing for one lock from flooding the log.
+// Only refusals short-circuit: a success is always committed through raft,
+// so a deposed leader can never acknowledge a write that did not happen.
+func (s *Server) refuseEarly(req *state.KVRequest) (bool, time.Duration, error) {
+	st := s.State()
+	e := &req.Entry
+	_, cur := st.KVGet(nil, e.Key)
+	switch req.Op {
+	case state.OpLock:
+		if e.Session == "" {
+			return false, 0, nil // the state machine reports the missing session
+		}
+		if _, sess := st.SessionGet(nil, e.Session); sess == nil {
+			return true, 0, fmt.Errorf("%w %q", state.ErrInvalidSession, e.Session)
+		}
+		if cur != nil && cur.Session == e.Session {
+			return false, 0, nil // the holder updating its value: never refused
+		}
+		if cur != nil && cur.Session != "" {
+			return true, 0, nil
+		}
+		if until := st.KVLockDelay(e.Key); !until.IsZero() {
+			if left := until.Sub(s.clk.Now()); left > 0 {
+				return true, left, nil
+			}
+		}
+	case state.OpCAS:
+		if (e.ModifyIndex == 0 && cur != nil) || (e.ModifyIndex != 0 && (cur == nil || cur.ModifyIndex != e.ModifyIndex)) {
+			return true, 0, nil
+		}
+	case state.OpUnlock:
+		if e.Session != "" && (cur == nil || cur.Session != e.Session || (e.LockIndex != 0 && e.LockIndex != cur.LockIndex)) {
+			return true, 0, nil
+		}
+	case state.OpDeleteCAS:
+		if cur != nil && cur.ModifyIndex != e.ModifyIndex {
+			return true, 0, nil
+		}
+	}
+	return false, 0, nil
 }
 
 // SessionCreate validates a session, gives it an ID and commits it; a

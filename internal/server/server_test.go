@@ -257,3 +257,47 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+func TestRefusalsCostNoRaftWrite(t *testing.T) {
+	s := newTestServer(t, "", clocktest.NewFake(epoch))
+	ctx := context.Background()
+	a := mustSession(t, s, state.Session{})
+	b := mustSession(t, s, state.Session{})
+	kvs := func(op state.KVOp, e state.DirEntry) (bool, error) {
+		ok, _, err := s.KVS(ctx, &state.KVRequest{Op: op, Entry: e})
+		return ok, err
+	}
+	if ok, err := kvs(state.OpLock, state.DirEntry{Key: "k", Session: a}); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	_, held := s.State().KVGet(nil, "k")
+	before := s.raft.LastIndex()
+	for _, tc := range []struct {
+		op state.KVOp
+		e  state.DirEntry
+	}{
+		{state.OpLock, state.DirEntry{Key: "k", Session: b}},                       // held by a
+		{state.OpUnlock, state.DirEntry{Key: "k", Session: b}},                     // b does not hold it
+		{state.OpUnlock, state.DirEntry{Key: "k", Session: a, LockIndex: 7}},       // fenced: wrong LockIndex
+		{state.OpCAS, state.DirEntry{Key: "k", ModifyIndex: held.ModifyIndex + 1}}, // stale index
+		{state.OpCAS, state.DirEntry{Key: "k", ModifyIndex: 0}},                    // create, but exists
+		{state.OpDeleteCAS, state.DirEntry{Key: "k", ModifyIndex: 1}},              // stale index
+	} {
+		if ok, err := kvs(tc.op, tc.e); ok || err != nil {
+			t.Errorf("%s %+v = %v, %v; want false", tc.op, tc.e, ok, err)
+		}
+	}
+	if _, err := kvs(state.OpLock, state.DirEntry{Key: "k", Session: "no-such-session"}); err == nil {
+		t.Error("acquire with an unknown session succeeded")
+	}
+	if got := s.raft.LastIndex(); got != before {
+		t.Fatalf("refusals wrote %d raft entries", got-before)
+	}
+	// Successes still go through raft.
+	if ok, err := kvs(state.OpUnlock, state.DirEntry{Key: "k", Session: a, LockIndex: held.LockIndex}); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if s.raft.LastIndex() == before {
+		t.Fatal("a successful release was not written to raft")
+	}
+}
