@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/holdfast/holdfast/internal/agent"
 	"github.com/holdfast/holdfast/internal/httpapi"
 	"github.com/holdfast/holdfast/internal/server"
 )
@@ -109,7 +110,11 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	if err != nil {
 		return &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "server: ")}
 	}
+	// The agent runs this node's checks and services, writing through the server.
+	ag := agent.New(agent.Config{Node: srv.NodeName(), Catalog: srv, Logger: slog.New(hclogHandler{logger.Named("agent")})})
+	defer ag.Close()
 	handler := httpapi.New(srv, httpapi.Options{
+		Agent:  ag,
 		Logger: slog.New(hclogHandler{logger}),
 		Jitter: func(max time.Duration) time.Duration {
 			if max <= 0 {
