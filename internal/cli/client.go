@@ -32,7 +32,9 @@ import (
 //   - PUT /v1/session/create without a Node gets this agent's node, so
 //     sessions made through it live and die with it;
 //   - /v1/agent/self describes this agent, and /v1/agent/members lists its
-//     view of the pool.
+//     view of the pool;
+//   - the agent's check and service endpoints are refused (501): this
+//     agent runs none yet, and a server would apply them to its own node.
 //
 // When the agent is stopped (SIGINT or SIGTERM) it leaves the pool
 // gracefully, so its node is deregistered; when it is killed, the pool
@@ -212,6 +214,12 @@ func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	if localAgentPath(r.URL.Path) {
+		// Forwarded, these would act on the server's node, not this one.
+		http.Error(w, "This client agent does not run checks or services of its own yet: "+
+			"register them on a server agent, or through /v1/catalog/register naming node "+c.node, http.StatusNotImplemented)
+		return
+	}
 	srv := c.server()
 	if srv == "" {
 		// Consul's words, and a 500 so that clients retry.
@@ -220,6 +228,16 @@ func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	target := &url.URL{Scheme: "http", Host: srv}
 	c.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target)))
+}
+
+// localAgentPath reports whether path is one of the agent endpoints that
+// act on the agent's own node (checks and services).
+func localAgentPath(path string) bool {
+	switch path {
+	case "/v1/agent/checks", "/v1/agent/services":
+		return true
+	}
+	return strings.HasPrefix(path, "/v1/agent/check/") || strings.HasPrefix(path, "/v1/agent/service/")
 }
 
 // server picks the HTTP address of a live server: the one used last while

@@ -154,6 +154,13 @@ func TestClientAgentWithoutServers(t *testing.T) {
 	if code, _ := do(t, "GET", hs.URL+"/v1/agent/self", ""); code != 200 {
 		t.Fatalf("self: %d", code)
 	}
+	// Check and service endpoints would act on a server's node: refused.
+	for _, path := range []string{"/v1/agent/checks", "/v1/agent/services", "/v1/agent/check/register", "/v1/agent/check/pass/x", "/v1/agent/service/register"} {
+		code, body := do(t, "PUT", hs.URL+path, "{}")
+		if code != 501 || !strings.Contains(body, "does not run checks or services of its own yet") || !strings.Contains(body, "naming node lonely") {
+			t.Fatalf("%s: %d %q", path, code, body)
+		}
+	}
 }
 
 func TestClientAgentServerUnreachable(t *testing.T) {
