@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"reflect"
 	"strings"
@@ -88,11 +89,15 @@ func (d *duration) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &n); err != nil {
 		return fmt.Errorf("invalid duration %s: give a string such as \"10s\" or a number of nanoseconds", b)
 	}
-	v, err := n.Int64()
-	if err != nil {
+	if v, err := n.Int64(); err == nil {
+		*d = duration(v)
+		return nil
+	}
+	f, err := n.Float64() // 1e9
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > math.MaxInt64 {
 		return fmt.Errorf("invalid duration %s: not a whole number of nanoseconds", b)
 	}
-	*d = duration(v)
+	*d = duration(int64(f))
 	return nil
 }
 
