@@ -74,6 +74,9 @@ func (s *Server) leaderLoop(ctx context.Context) {
 	}
 	s.readyForReads.Store(true)
 	s.log.Info("cluster leadership acquired", "node", s.cfg.NodeName)
+	if s.serf != nil {
+		s.serf.wake() // start reconciling the gossip pool for this term
+	}
 
 	s.resetSessionTimers()
 	for ctx.Err() == nil {

@@ -37,9 +37,6 @@ import (
 // it registered.
 
 const (
-	// serfLeaderPoll is how often a server that is not reconciling checks
-	// whether it has become a ready leader.
-	serfLeaderPoll = 100 * time.Millisecond
 	// serfRetry is the wait after a failed reconcile.
 	serfRetry = time.Second
 	// Full reconcile periods by profile.
@@ -169,6 +166,14 @@ func (sf *serfState) memberEvent(ev gossip.Event) {
 	}
 }
 
+// wake makes the reconcile loop look again (leadership gained).
+func (sf *serfState) wake() {
+	select {
+	case sf.kick <- struct{}{}:
+	default:
+	}
+}
+
 // takePending empties the pending set and returns its events by member
 // name.
 func (sf *serfState) takePending() []gossip.Event {
@@ -224,9 +229,8 @@ func (s *Server) serfLoop(sf *serfState) {
 		if term == nil {
 			if done := s.leaderTerm(); done != nil {
 				term, full = done, true
-			} else {
-				next = serfLeaderPoll
 			}
+			// Otherwise wait: the leader loop wakes us when a term is ready.
 		}
 		if term != nil {
 			if full {
