@@ -70,8 +70,9 @@ type Config struct {
 	// OutputUpdateInterval spaces catalog writes that change only a
 	// check's output (a new note with the same status), as Consul's
 	// check_update_interval does: a status change is written at once, a
-	// new output at most once per interval. Default 5m; negative writes
-	// every change at once.
+	// new output at most once per interval (the first output after
+	// registration at once). Default 5m; negative writes every change at
+	// once.
 	OutputUpdateInterval time.Duration
 }
 

@@ -604,3 +604,53 @@ func TestClose(t *testing.T) {
 		t.Fatalf("register after Close: %v", err)
 	}
 }
+
+// A new output with the same status is written at once the first time
+// after registration, and after that at most once per OutputUpdateInterval
+// (5m by default); a status change is always written at once.
+func TestOutputOnlyChangesAreSpaced(t *testing.T) {
+	e := newEnv(t)
+	if err := e.ag.RegisterCheck(ctx(), ttlCheck("app", time.Hour, state.HealthPassing)); err != nil {
+		t.Fatal(err)
+	}
+	e.cat.expect(t, "register app=passing")
+	if err := e.ag.UpdateCheck(ctx(), "app", state.HealthPassing, "first"); err != nil {
+		t.Fatal(err)
+	}
+	e.cat.expect(t, "register app=passing") // the first output: at once
+	e.clk.Advance(time.Minute)
+	if err := e.ag.UpdateCheck(ctx(), "app", state.HealthPassing, "second"); err != nil {
+		t.Fatal(err)
+	}
+	e.cat.quiet(t)
+	if err := e.ag.UpdateCheck(ctx(), "app", state.HealthPassing, "third"); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(4*time.Minute - time.Nanosecond)
+	e.cat.quiet(t)
+	e.clk.Advance(time.Nanosecond) // 5m after the last write
+	e.cat.expect(t, "register app=passing")
+	if c := e.cat.st.Check(node, "app"); c.Output != "third" {
+		t.Fatalf("deferred output %q, want the latest", c.Output)
+	}
+}
+
+// The first probe of a check whose target is down keeps the initial
+// critical status but still writes its output, so the catalog says why.
+func TestFirstProbeOutputIsWritten(t *testing.T) {
+	e := newEnv(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	if err := e.ag.RegisterCheck(ctx(), &state.CheckDefinition{Name: "down", TCP: addr, Interval: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	e.cat.expect(t, "register down=critical")
+	e.cat.expect(t, "register down=critical")
+	if c := e.cat.st.Check(node, "down"); !strings.HasPrefix(c.Output, "TCP connect "+addr+": ") {
+		t.Fatalf("output %q", c.Output)
+	}
+}

@@ -74,7 +74,9 @@ func (a *Agent) start(p *prepared) *runner {
 		results: make(chan checkStatus, 1), stopCh: make(chan struct{}), done: make(chan struct{}),
 		ctx: ctx, cancel: cancel,
 		cur:    checkStatus{Status: p.hc.Status, Output: p.hc.Output},
-		synced: checkStatus{Status: p.hc.Status, Output: p.hc.Output}, lastWrite: p.at,
+		synced: checkStatus{Status: p.hc.Status, Output: p.hc.Output},
+		// lastWrite stays zero: the first output (a probe's, a note) is
+		// written at once, only later output-only changes are spaced.
 	}
 	if p.kind == kindTTL {
 		r.deadline = p.at.Add(p.def.TTL)
