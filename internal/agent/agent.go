@@ -379,7 +379,11 @@ func (a *Agent) UpdateCheck(ctx context.Context, id, status, output string) erro
 		return notFoundf("Unknown check ID %q: no such check is registered on this agent", id)
 	}
 	if r.kind != kindTTL {
-		return invalidf("Check %q is a %s check, not a TTL check: only TTL checks can be updated", id, strings.ToUpper(string(r.kind)))
+		article := "a"
+		if r.kind == kindHTTP {
+			article = "an"
+		}
+		return invalidf("Check %q is %s %s check, not a TTL check: only TTL checks can be updated", id, article, strings.ToUpper(string(r.kind)))
 	}
 	return r.update(ctx, status, truncate(output))
 }
