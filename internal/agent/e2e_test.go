@@ -287,3 +287,67 @@ func TestE2EExecuteAndHealth(t *testing.T) {
 		t.Fatalf("execute passing after recovery: %q", got)
 	}
 }
+
+// A client agent's checks: the agent runs on the client's node and writes
+// through a server's HTTP API (HTTPCatalog), and serves only the agent
+// endpoints itself (httpapi.AgentHandler). Its TTL check lapsing
+// invalidates a session of the client's node held on the server.
+func TestE2EClientAgentThroughHTTP(t *testing.T) {
+	srv := servertest.New(t, servertest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ag := agent.New(agent.Config{Node: "client1", Clock: srv.Clock,
+		Catalog: &agent.HTTPCatalog{Base: func() (string, error) { return srv.URL, nil }}})
+	defer ag.Close()
+	hs := httptest.NewServer(httpapi.AgentHandler(ag, "dc1", httpapi.Options{Clock: srv.Clock}))
+	defer hs.Close()
+
+	client := func(addr string) *api.Client {
+		cfg := api.DefaultConfig()
+		cfg.Address, cfg.Token, cfg.Datacenter = addr, "", ""
+		c, err := api.NewClient(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	server, local := client(srv.Addr), client(hs.Listener.Addr().String())
+	// The client's node, as gossip would register it.
+	if _, err := server.Catalog().Register(&api.CatalogRegistration{Node: "client1", Address: "127.0.0.2",
+		Check: &api.AgentCheck{CheckID: "serfHealth", Status: api.HealthPassing}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	err := local.Agent().CheckRegister(&api.AgentCheckRegistration{ID: "worker", Name: "worker",
+		AgentServiceCheck: api.AgentServiceCheck{TTL: "10s", Status: api.HealthPassing}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid, _, err := server.Session().Create(&api.SessionEntry{Node: "client1", NodeChecks: []string{"serfHealth", "worker"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &e2e{srv: srv, c: server, ctx: ctx}
+	srv.Clock.Advance(9 * time.Second)
+	if err := local.Agent().PassTTL("worker", ""); err != nil {
+		t.Fatal(err)
+	}
+	srv.Clock.Advance(9 * time.Second)
+	if s, _, err := server.Session().Info(sid, nil); err != nil || s == nil {
+		t.Fatalf("session lost while the client's check was kept passing: %v", err)
+	}
+	srv.Clock.Advance(time.Second)
+	e.waitSessionGone(t, sid)
+	checks, _, err := server.Health().Node("client1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range checks {
+		if c.CheckID == "worker" && c.Status != api.HealthCritical {
+			t.Fatalf("client check on the server: %+v", c)
+		}
+	}
+	// Everything else is not the agent handler's to serve.
+	if _, _, err := local.Catalog().Services(nil); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("catalog through the agent-only handler: %v", err)
+	}
+}

@@ -41,6 +41,54 @@ type AgentBackend interface {
 	Services() []*state.Service
 }
 
+// agentRoutes registers the endpoints served by the AgentBackend.
+func (h *handler) agentRoutes() {
+	h.handle("/v1/agent/check/register", false, "PUT", h.agentCheckRegister)
+	h.handle("/v1/agent/check/deregister", true, "PUT", h.agentCheckDeregister)
+	h.handle("/v1/agent/check/pass", true, "PUT", h.agentCheckTTL(state.HealthPassing))
+	h.handle("/v1/agent/check/warn", true, "PUT", h.agentCheckTTL(state.HealthWarning))
+	h.handle("/v1/agent/check/fail", true, "PUT", h.agentCheckTTL(state.HealthCritical))
+	h.handle("/v1/agent/check/update", true, "PUT", h.agentCheckUpdate)
+	h.handle("/v1/agent/checks", false, "GET", h.agentChecks)
+	h.handle("/v1/agent/service/register", false, "PUT", h.agentServiceRegister)
+	h.handle("/v1/agent/service/deregister", true, "PUT", h.agentServiceDeregister)
+	h.handle("/v1/agent/services", false, "GET", h.agentServices)
+}
+
+// IsAgentPath reports whether a request path is one of the endpoints an
+// AgentBackend serves (/v1/agent/check*, /v1/agent/service*). A client
+// agent, which forwards everything else to a server, serves these itself
+// with AgentHandler: its checks run on its own node.
+func IsAgentPath(p string) bool {
+	switch p {
+	case "/v1/agent/checks", "/v1/agent/services", "/v1/agent/check/register", "/v1/agent/service/register":
+		return true
+	}
+	return strings.HasPrefix(p, "/v1/agent/check/") || strings.HasPrefix(p, "/v1/agent/service/")
+}
+
+// AgentHandler serves only the agent's check and service endpoints (those
+// IsAgentPath accepts) over ag, for an agent that has no Backend of its
+// own: a client agent, whose ag writes to the catalog through a server.
+// datacenter is the agent's, for ?dc and /v1/agent/services. Other paths
+// answer 404. Safe for concurrent use.
+func AgentHandler(ag AgentBackend, datacenter string, opts Options) http.Handler {
+	opts.Agent = ag
+	h := &handler{b: datacenterOnly{dc: datacenter}, opts: opts.withDefaults()}
+	h.agentRoutes()
+	return h
+}
+
+// datacenterOnly is the Backend of an AgentHandler: the agent endpoints
+// read nothing from a backend but its datacenter. Any other method would
+// panic on the nil embedded interface, and none is reachable.
+type datacenterOnly struct {
+	Backend
+	dc string
+}
+
+func (d datacenterOnly) Datacenter() string { return d.dc }
+
 var errNoAgent = &Error{Kind: KindNotImplemented,
 	Msg: "This server runs no local agent: agent checks and services are not available here"}
 

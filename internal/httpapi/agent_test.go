@@ -259,3 +259,15 @@ func TestQueryExecute(t *testing.T) {
 		t.Fatalf("execute with node1 critical: %+v", out.Nodes)
 	}
 }
+
+func TestIsAgentPath(t *testing.T) {
+	for p, want := range map[string]bool{
+		"/v1/agent/checks": true, "/v1/agent/services": true, "/v1/agent/check/register": true,
+		"/v1/agent/check/pass/x": true, "/v1/agent/service/deregister/web": true,
+		"/v1/agent/self": false, "/v1/agent/members": false, "/v1/catalog/services": false, "/v1/agent/checksx": false,
+	} {
+		if got := IsAgentPath(p); got != want {
+			t.Errorf("IsAgentPath(%q) = %v, want %v", p, got, want)
+		}
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/clock"
-	"github.com/holdfast/holdfast/internal/state"
 )
 
 // Defaults for Options.
@@ -114,16 +113,7 @@ func New(b Backend, opts Options) http.Handler {
 	h.handle("/v1/status/leader", false, "GET", h.statusLeader)
 	h.handle("/v1/status/peers", false, "GET", h.statusPeers)
 
-	h.handle("/v1/agent/check/register", false, "PUT", h.agentCheckRegister)
-	h.handle("/v1/agent/check/deregister", true, "PUT", h.agentCheckDeregister)
-	h.handle("/v1/agent/check/pass", true, "PUT", h.agentCheckTTL(state.HealthPassing))
-	h.handle("/v1/agent/check/warn", true, "PUT", h.agentCheckTTL(state.HealthWarning))
-	h.handle("/v1/agent/check/fail", true, "PUT", h.agentCheckTTL(state.HealthCritical))
-	h.handle("/v1/agent/check/update", true, "PUT", h.agentCheckUpdate)
-	h.handle("/v1/agent/checks", false, "GET", h.agentChecks)
-	h.handle("/v1/agent/service/register", false, "PUT", h.agentServiceRegister)
-	h.handle("/v1/agent/service/deregister", true, "PUT", h.agentServiceDeregister)
-	h.handle("/v1/agent/services", false, "GET", h.agentServices)
+	h.agentRoutes()
 	h.handle("/v1/catalog/services", false, "GET", h.catalogServices)
 	h.handle("/v1/catalog/service", true, "GET", h.catalogService)
 	h.handle("/v1/health/service", true, "GET", h.healthService)
