@@ -73,7 +73,7 @@ type Result struct {
 	TxnErrors []*state.TxnError
 }
 
-// FSM implements raft.FSM over a state.Store. Apply, Snapshot and Restore
+// FSM implements raft.FSM and raft.BatchingFSM over a state.Store. Apply, Snapshot and Restore
 // are called by raft from one goroutine; State may be called from any.
 type FSM struct {
 	store atomic.Pointer[state.Store]
@@ -101,14 +101,93 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
+	t, now, body := envelope(l)
+	return Dispatch(f.State(), l.Index, now, t, body)
+}
+
+// ApplyBatch applies a run of committed entries (raft.BatchingFSM). Runs of
+// commands that write nothing when they fail share one state transaction;
+// Register and Txn, which must roll back on failure, each get their own.
+// The results are the same as applying the entries one by one.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	st := f.State()
+	out := make([]interface{}, len(logs))
+	var b *state.Batch
+	flush := func() {
+		if b != nil {
+			b.Commit()
+			b = nil
+		}
+	}
+	for i, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		t, now, body := envelope(l)
+		switch t {
+		case TypeRegister, TypeTxn:
+			flush()
+			out[i] = Dispatch(st, l.Index, now, t, body)
+		default:
+			if b == nil {
+				b = st.Batch()
+			}
+			out[i] = dispatchBatch(b, l.Index, now, t, body)
+		}
+	}
+	flush()
+	return out
+}
+
+func envelope(l *raft.Log) (Type, time.Time, []byte) {
 	data := l.Data
 	if len(data) < headerLen || data[0] != Version {
 		panic(fmt.Sprintf("fsm: log entry %d has an unknown envelope", l.Index))
 	}
-	t := Type(data[1])
 	now := time.Unix(0, int64(binary.BigEndian.Uint64(data[2:headerLen])))
-	body := data[headerLen:]
-	return Dispatch(f.State(), l.Index, now, t, body)
+	return Type(data[1]), now, data[headerLen:]
+}
+
+// dispatchBatch applies one command that may share a transaction.
+func dispatchBatch(b *state.Batch, idx uint64, now time.Time, t Type, body []byte) *Result {
+	switch t {
+	case TypeKVS:
+		var req state.KVRequest
+		decode(body, &req)
+		ok, err := b.KVS(idx, now, &req)
+		return &Result{OK: ok, Err: err}
+	case TypeSessionCreate:
+		var sess state.Session
+		decode(body, &sess)
+		err := b.SessionCreate(idx, &sess)
+		return &Result{OK: err == nil, Err: err}
+	case TypeSessionDestroy:
+		var req SessionDestroy
+		decode(body, &req)
+		b.SessionDestroy(idx, now, req.ID)
+		return &Result{OK: true}
+	case TypeDeregister:
+		var req state.DeregisterRequest
+		decode(body, &req)
+		err := b.Deregister(idx, now, &req)
+		return &Result{OK: err == nil, Err: err}
+	case TypeReap:
+		var req Reap
+		decode(body, &req)
+		b.Reap(idx, now, req.TombstonesUpTo)
+		return &Result{OK: true}
+	case TypeQuerySet:
+		var q state.PreparedQuery
+		decode(body, &q)
+		err := b.QuerySet(idx, &q)
+		return &Result{OK: err == nil, Err: err}
+	case TypeQueryDelete:
+		var req QueryDelete
+		decode(body, &req)
+		err := b.QueryDelete(idx, req.ID)
+		return &Result{OK: err == nil, Err: err}
+	}
+	panic(fmt.Sprintf("fsm: unknown command type %d at index %d", t, idx))
 }
 
 // Dispatch applies one decoded command to s. It is exported for tests that
@@ -193,3 +272,5 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (s *snapshot) Release() {}
+
+var _ raft.BatchingFSM = (*FSM)(nil)

@@ -161,7 +161,11 @@ func New(cfg Config) (*Server, error) {
 			st.close()
 			return nil, fmt.Errorf("server: bad raft address %q: %w", cfg.RaftAddr, err)
 		}
-		tt, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 8, 10*time.Second, cfg.Logger.Named("raft-net"))
+		var advertise net.Addr = addr
+		if addr.Port == 0 {
+			advertise = nil // let the transport advertise the port it was given
+		}
+		tt, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, advertise, 8, 10*time.Second, cfg.Logger.Named("raft-net"))
 		if err != nil {
 			st.close()
 			return nil, fmt.Errorf("server: raft cannot listen on %s: %w", cfg.RaftAddr, err)

@@ -161,11 +161,13 @@ func (tx *wtx) ensureCheck(node string, c *HealthCheck) error {
 // Deregister removes what req names, invalidating the sessions that depend
 // on it, in one step. Removing something absent writes nothing.
 func (s *Store) Deregister(idx uint64, now time.Time, req *DeregisterRequest) error {
+	return s.single(idx, now, func(tx *wtx) error { return tx.deregister(req) })
+}
+
+func (tx *wtx) deregister(req *DeregisterRequest) error {
 	if req.Node == "" {
 		return fmt.Errorf("%w: Must provide node", ErrInvalidRequest)
 	}
-	tx := s.write(idx, now)
-	defer tx.Abort()
 	switch {
 	case req.CheckID != "":
 		tx.deleteCheck(req.Node, req.CheckID)
@@ -174,7 +176,6 @@ func (s *Store) Deregister(idx uint64, now time.Time, req *DeregisterRequest) er
 	default:
 		tx.deleteNode(req.Node)
 	}
-	tx.Commit()
 	return nil
 }
 

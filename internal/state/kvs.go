@@ -45,14 +45,12 @@ type KVRequest struct {
 // non-holder). Errors mean the request itself was bad: ErrMissingKey,
 // ErrMissingSession, ErrInvalidSession, ErrInvalidRequest.
 func (s *Store) KVS(idx uint64, now time.Time, req *KVRequest) (bool, error) {
-	tx := s.write(idx, now)
-	defer tx.Abort()
-	ok, err := tx.kvs(req)
-	if err != nil {
-		return false, err
-	}
-	tx.Commit()
-	return ok, nil
+	var ok bool
+	err := s.single(idx, now, func(tx *wtx) (err error) {
+		ok, err = tx.kvs(req)
+		return err
+	})
+	return ok, err
 }
 
 func (tx *wtx) kvs(req *KVRequest) (bool, error) {

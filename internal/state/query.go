@@ -11,8 +11,10 @@ import (
 // QuerySet creates or updates a prepared query. A query bound to a session
 // is refused unless the session exists; a Name must be unique.
 func (s *Store) QuerySet(idx uint64, q *PreparedQuery) error {
-	tx := s.write(idx, time.Time{})
-	defer tx.Abort()
+	return s.single(idx, time.Time{}, func(tx *wtx) error { return tx.querySet(q) })
+}
+
+func (tx *wtx) querySet(q *PreparedQuery) error {
 	if q.ID == "" {
 		return fmt.Errorf("%w: query has no ID", ErrInvalidRequest)
 	}
@@ -30,7 +32,7 @@ func (s *Store) QuerySet(idx uint64, q *PreparedQuery) error {
 		}
 	}
 	nq := *q
-	nq.CreateIndex, nq.ModifyIndex = idx, idx
+	nq.CreateIndex, nq.ModifyIndex = tx.idx, tx.idx
 	raw, err := tx.First(tabQueries, "id", q.ID)
 	must(err)
 	if raw != nil {
@@ -38,14 +40,15 @@ func (s *Store) QuerySet(idx uint64, q *PreparedQuery) error {
 	}
 	must(tx.Insert(tabQueries, &nq))
 	tx.bump(tabQueries)
-	tx.Commit()
 	return nil
 }
 
 // QueryDelete deletes a prepared query; ErrQueryNotFound if there is none.
 func (s *Store) QueryDelete(idx uint64, id string) error {
-	tx := s.write(idx, time.Time{})
-	defer tx.Abort()
+	return s.single(idx, time.Time{}, func(tx *wtx) error { return tx.queryDelete(id) })
+}
+
+func (tx *wtx) queryDelete(id string) error {
 	raw, err := tx.First(tabQueries, "id", id)
 	must(err)
 	if raw == nil {
@@ -53,7 +56,6 @@ func (s *Store) QueryDelete(idx uint64, id string) error {
 	}
 	must(tx.Delete(tabQueries, raw))
 	tx.bump(tabQueries)
-	tx.Commit()
 	return nil
 }
 

@@ -12,13 +12,7 @@ import (
 // bound check must exist on it and not be critical; otherwise nothing is
 // written and ErrMissingNode, ErrMissingCheck or ErrCriticalCheck comes back.
 func (s *Store) SessionCreate(idx uint64, sess *Session) error {
-	tx := s.write(idx, time.Time{})
-	defer tx.Abort()
-	if err := tx.sessionCreate(sess); err != nil {
-		return err
-	}
-	tx.Commit()
-	return nil
+	return s.single(idx, time.Time{}, func(tx *wtx) error { return tx.sessionCreate(sess) })
 }
 
 func (tx *wtx) sessionCreate(in *Session) error {
@@ -62,11 +56,7 @@ func (tx *wtx) sessionCreate(in *Session) error {
 // queries bound to it are deleted. All of it happens at index idx, in one
 // step. Destroying an unknown session writes nothing and is not an error.
 func (s *Store) SessionDestroy(idx uint64, now time.Time, id string) error {
-	tx := s.write(idx, now)
-	defer tx.Abort()
-	tx.invalidate(id)
-	tx.Commit()
-	return nil
+	return s.single(idx, now, func(tx *wtx) error { tx.invalidate(id); return nil })
 }
 
 func (tx *wtx) invalidate(id string) {

@@ -121,8 +121,10 @@ func Restore(r io.Reader) (*Store, error) {
 // Reap drops tombstones at or below upTo and lock-delays that ended by now.
 // The leader proposes it periodically.
 func (s *Store) Reap(idx uint64, now time.Time, upTo uint64) {
-	tx := s.write(idx, now)
-	defer tx.Abort()
+	s.single(idx, now, func(tx *wtx) error { tx.reap(upTo); return nil })
+}
+
+func (tx *wtx) reap(upTo uint64) {
 	for _, t := range []string{tabTombstones, tabDelays} {
 		it, err := tx.Get(t, "id")
 		must(err)
@@ -134,7 +136,7 @@ func (s *Store) Reap(idx uint64, now time.Time, upTo uint64) {
 					dead = append(dead, r)
 				}
 			case *lockDelay:
-				if v.Until <= now.UnixNano() {
+				if v.Until <= tx.now.UnixNano() {
 					dead = append(dead, r)
 				}
 			}
@@ -143,5 +145,4 @@ func (s *Store) Reap(idx uint64, now time.Time, upTo uint64) {
 			must(tx.Delete(t, d))
 		}
 	}
-	tx.Commit()
 }
