@@ -418,13 +418,15 @@ func (a *Agent) Checks() []*state.HealthCheck {
 // ---- services ----
 
 // RegisterService registers a service on the agent's node with its checks
-// (Consul's Check and Checks), replacing a service with the same ID; the
-// checks it had before and does not list keep running. Service and checks
-// are written to the catalog in one step. A check without an ID is named
-// "service:<id>" (with ":<n>" when there are several), one without a Name
-// "Service '<name>' check". If the write fails nothing changes. svc and
-// checks are not retained.
-func (a *Agent) RegisterService(ctx context.Context, svc *state.Service, checks []*state.CheckDefinition) error {
+// (Consul's Check and Checks), replacing a service with the same ID.
+// Service and checks are written to the catalog in one step; if that write
+// fails nothing changes. The checks the service had before and does not
+// list keep running, unless replaceChecks (Consul's
+// ?replace-existing-checks): then they are deregistered afterwards, one
+// write each, and the first failure is returned. A check without an ID is
+// named "service:<id>" (with ":<n>" when there are several), one without a
+// Name "Service '<name>' check". svc and checks are not retained.
+func (a *Agent) RegisterService(ctx context.Context, svc *state.Service, checks []*state.CheckDefinition, replaceChecks bool) error {
 	s := *svc
 	s.Node = a.cfg.Node
 	s.CreateIndex, s.ModifyIndex = 0, 0
@@ -484,7 +486,27 @@ func (a *Agent) RegisterService(ctx context.Context, svc *state.Service, checks 
 		a.mu.Unlock()
 	}
 	a.finish(holds, ps, err == nil)
-	return err
+	if err != nil || !replaceChecks {
+		return err
+	}
+	var stale []string
+	a.mu.Lock()
+	for id, r := range a.checks {
+		if r.def.ServiceID == s.ID && !seen[id] {
+			stale = append(stale, id)
+		}
+	}
+	a.mu.Unlock()
+	sort.Strings(stale)
+	for _, id := range stale {
+		holds := a.holdRunners([]string{id})
+		err := a.cfg.Catalog.Deregister(ctx, &state.DeregisterRequest{Node: a.cfg.Node, CheckID: id})
+		a.finish(holds, nil, err == nil)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // DeregisterService stops a service's checks and removes the service and

@@ -536,7 +536,7 @@ func TestServices(t *testing.T) {
 		{TTL: 10 * time.Second, Status: state.HealthPassing},
 		{Name: "second", TTL: 30 * time.Second, Status: state.HealthPassing},
 	}
-	if err := e.ag.RegisterService(ctx(), svc, checks); err != nil {
+	if err := e.ag.RegisterService(ctx(), svc, checks, false); err != nil {
 		t.Fatal(err)
 	}
 	e.cat.expect(t, "register service web service:web:1=passing service:web:2=passing")
@@ -580,7 +580,7 @@ func TestServices(t *testing.T) {
 	if err := e.ag.DeregisterService(ctx(), "web"); !errors.Is(err, agent.ErrNotFound) {
 		t.Fatalf("deregistering an unknown service: %v", err)
 	}
-	err = e.ag.RegisterService(ctx(), &state.Service{Service: "api"}, []*state.CheckDefinition{{HTTP: "http://127.0.0.1:1/", Interval: time.Millisecond}})
+	err = e.ag.RegisterService(ctx(), &state.Service{Service: "api"}, []*state.CheckDefinition{{HTTP: "http://127.0.0.1:1/", Interval: time.Millisecond}}, false)
 	if !errors.Is(err, state.ErrInvalidRequest) || !strings.Contains(err.Error(), "below the minimum of 1s") {
 		t.Fatalf("service with a too-frequent check: %v", err)
 	}

@@ -191,8 +191,10 @@ func (r *runner) release(exit bool) {
 	}
 }
 
-// shutdown stops the runner and waits for it.
+// shutdown stops the runner and waits for it; a write or probe in
+// progress is cancelled.
 func (r *runner) shutdown() {
+	r.cancel()
 	r.stopped.Do(func() { close(r.stopCh) })
 	<-r.done
 }

@@ -33,8 +33,9 @@ type AgentBackend interface {
 	UpdateCheck(ctx context.Context, id, status, output string) error
 	// Checks is the agent's view of its checks; the caller owns it.
 	Checks() []*state.HealthCheck
-	// RegisterService registers (or replaces) a service with its checks.
-	RegisterService(ctx context.Context, svc *state.Service, checks []*state.CheckDefinition) error
+	// RegisterService registers (or replaces) a service with its checks;
+	// replaceChecks also removes the service's checks not listed.
+	RegisterService(ctx context.Context, svc *state.Service, checks []*state.CheckDefinition, replaceChecks bool) error
 	// DeregisterService removes a service and its checks.
 	DeregisterService(ctx context.Context, id string) error
 	// Services is the agent's services; the caller owns it.
@@ -400,8 +401,12 @@ func (h *handler) agentServiceRegister(w http.ResponseWriter, r *http.Request, _
 		}
 		defs = append(defs, def)
 	}
+	replace, err := boolParam(r, "replace-existing-checks")
+	if err != nil {
+		return err
+	}
 	svc := &state.Service{ID: in.ID, Service: in.Name, Tags: in.Tags, Address: in.Address, Port: in.Port, Meta: in.Meta}
-	if err := ag.RegisterService(r.Context(), svc, defs); err != nil {
+	if err := ag.RegisterService(r.Context(), svc, defs, replace); err != nil {
 		return agentErr(err)
 	}
 	return writeEmpty(w)

@@ -271,3 +271,29 @@ func TestIsAgentPath(t *testing.T) {
 		}
 	}
 }
+
+// Re-registering a service keeps the checks it no longer lists, unless
+// ?replace-existing-checks, which removes them (and their sessions).
+func TestAgentServiceReplaceExistingChecks(t *testing.T) {
+	e := agentEnv(t)
+	def := `{"ID":"web","Name":"web","Checks":[{"CheckID":"a","TTL":"30s","Status":"passing"},{"CheckID":"b","TTL":"30s","Status":"passing"}]}`
+	e.do("PUT", "/v1/agent/service/register", def).want(t, 200, "")
+	sid := e.createSession(`{"NodeChecks":["serfHealth"],"ServiceChecks":[{"ID":"b"}]}`)
+	only := `{"ID":"web","Name":"web","Checks":[{"CheckID":"a","TTL":"30s","Status":"passing"}]}`
+	e.do("PUT", "/v1/agent/service/register", only).want(t, 200, "")
+	if e.b.store.Check(testNode, "b") == nil {
+		t.Fatal("check b removed without ?replace-existing-checks")
+	}
+	e.do("PUT", "/v1/agent/service/register?replace-existing-checks=true", only).want(t, 200, "")
+	if e.b.store.Check(testNode, "b") != nil || e.b.store.Check(testNode, "a") == nil {
+		t.Fatal("?replace-existing-checks did not remove exactly the unlisted check")
+	}
+	if _, s := e.b.store.SessionGet(nil, sid); s != nil {
+		t.Fatal("session bound to the removed check survived")
+	}
+	var checks map[string]*state.HealthCheck
+	e.do("GET", "/v1/agent/checks", "").want(t, 200, "*").json(t, &checks)
+	if len(checks) != 1 || checks["a"] == nil {
+		t.Fatalf("agent checks: %+v", checks)
+	}
+}
