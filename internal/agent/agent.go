@@ -372,20 +372,28 @@ func (a *Agent) UpdateCheck(ctx context.Context, id, status, output string) erro
 	default:
 		return invalidf("Invalid check status %q: use passing, warning or critical", status)
 	}
-	a.mu.Lock()
-	r := a.checks[id]
-	a.mu.Unlock()
-	if r == nil {
-		return notFoundf("Unknown check ID %q: no such check is registered on this agent", id)
-	}
-	if r.kind != kindTTL {
-		article := "a"
-		if r.kind == kindHTTP {
-			article = "an"
+	// Twice: the runner looked up may be replaced (the check re-registered)
+	// before it takes the update.
+	for attempt := 0; ; attempt++ {
+		a.mu.Lock()
+		r := a.checks[id]
+		a.mu.Unlock()
+		if r == nil {
+			return notFoundf("Unknown check ID %q: no such check is registered on this agent", id)
 		}
-		return invalidf("Check %q is %s %s check, not a TTL check: only TTL checks can be updated", id, article, strings.ToUpper(string(r.kind)))
+		if r.kind != kindTTL {
+			article := "a"
+			if r.kind == kindHTTP {
+				article = "an"
+			}
+			return invalidf("Check %q is %s %s check, not a TTL check: only TTL checks can be updated", id, article, strings.ToUpper(string(r.kind)))
+		}
+		err := r.update(ctx, status, truncate(output))
+		if attempt == 0 && errors.Is(err, ErrNotFound) {
+			continue
+		}
+		return err
 	}
-	return r.update(ctx, status, truncate(output))
 }
 
 // Checks returns the agent's view of its checks, ordered by ID: their
