@@ -372,9 +372,9 @@ func (a *Agent) UpdateCheck(ctx context.Context, id, status, output string) erro
 	default:
 		return invalidf("Invalid check status %q: use passing, warning or critical", status)
 	}
-	// Twice: the runner looked up may be replaced (the check re-registered)
-	// before it takes the update.
-	for attempt := 0; ; attempt++ {
+	// The runner looked up may be replaced (the check re-registered) before
+	// it takes the update: then the update goes to its successor.
+	for {
 		a.mu.Lock()
 		r := a.checks[id]
 		a.mu.Unlock()
@@ -389,8 +389,13 @@ func (a *Agent) UpdateCheck(ctx context.Context, id, status, output string) erro
 			return invalidf("Check %q is %s %s check, not a TTL check: only TTL checks can be updated", id, article, strings.ToUpper(string(r.kind)))
 		}
 		err := r.update(ctx, status, truncate(output))
-		if attempt == 0 && errors.Is(err, ErrNotFound) {
-			continue
+		if errors.Is(err, ErrNotFound) {
+			a.mu.Lock()
+			next := a.checks[id]
+			a.mu.Unlock()
+			if next != nil && next != r {
+				continue
+			}
 		}
 		return err
 	}
@@ -611,19 +616,22 @@ func (a *Agent) finish(held map[string]*runner, ps []*prepared, ok bool) {
 		}
 		return
 	}
-	for id, r := range held {
-		r.release(true)
-		a.mu.Lock()
-		if a.checks[id] == r {
-			delete(a.checks, id)
-		}
-		a.mu.Unlock()
-	}
+	// The successors go into the registry before the held runners stop
+	// (held, these write nothing), so that an update that finds its runner
+	// gone finds the successor already there.
 	for _, p := range ps {
 		r := a.start(p)
 		a.mu.Lock()
 		a.checks[p.def.ID] = r
 		a.mu.Unlock()
+	}
+	for id, r := range held {
+		a.mu.Lock()
+		if a.checks[id] == r {
+			delete(a.checks, id)
+		}
+		a.mu.Unlock()
+		r.release(true)
 	}
 }
 
