@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -20,7 +21,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/holdfast/holdfast/internal/agent"
 	"github.com/holdfast/holdfast/internal/gossip"
+	"github.com/holdfast/holdfast/internal/httpapi"
 )
 
 // The client agent (holdfast agent -server=false): no raft and no state,
@@ -33,8 +36,10 @@ import (
 //     sessions made through it live and die with it;
 //   - /v1/agent/self describes this agent, and /v1/agent/members lists its
 //     view of the pool;
-//   - the agent's check and service endpoints are refused (501): this
-//     agent runs none yet, and a server would apply them to its own node.
+//   - the agent's check and service endpoints are served here: the checks
+//     run on this agent, for this node, and their results are written to
+//     the catalog through a server (forwarded, a server would apply them to
+//     its own node).
 //
 // When the agent is stopped (SIGINT or SIGTERM) it leaves the pool
 // gracefully, so its node is deregistered; when it is killed, the pool
@@ -142,6 +147,17 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 		return &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "gossip: ")}
 	}
 	c := newClientAgent(o.node, o.datacenter, ln.Addr().String(), pool, o.logger)
+	// The agent's own checks and services run here, on this node, and are
+	// written to the catalog through a server's HTTP API.
+	ag := agent.New(agent.Config{Node: o.node, Logger: slog.New(hclogHandler{o.logger.Named("agent")}),
+		Catalog: &agent.HTTPCatalog{Base: func() (string, error) {
+			if srv := c.server(); srv != "" {
+				return "http://" + srv, nil
+			}
+			return "", errors.New("No known Consul servers")
+		}}})
+	defer ag.Close()
+	c.local = httpapi.AgentHandler(ag, o.datacenter, httpapi.Options{})
 	hs := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -179,6 +195,8 @@ type clientAgent struct {
 	pool               poolView
 	log                hclog.Logger
 	proxy              *httputil.ReverseProxy
+	// local serves the agent's check and service endpoints; nil refuses them.
+	local http.Handler
 
 	mu   sync.Mutex
 	last string // the server's HTTP address used last
@@ -216,8 +234,11 @@ func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if localAgentPath(r.URL.Path) {
 		// Forwarded, these would act on the server's node, not this one.
-		http.Error(w, "This client agent does not run checks or services of its own yet: "+
-			"register them on a server agent, or through /v1/catalog/register naming node "+c.node, http.StatusNotImplemented)
+		if c.local == nil {
+			http.Error(w, "This client agent runs no checks or services", http.StatusNotImplemented)
+			return
+		}
+		c.local.ServeHTTP(w, r)
 		return
 	}
 	srv := c.server()

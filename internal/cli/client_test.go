@@ -7,12 +7,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/holdfast/holdfast/clock/clocktest"
+	"github.com/holdfast/holdfast/internal/agent"
 	"github.com/holdfast/holdfast/internal/gossip"
+	"github.com/holdfast/holdfast/internal/httpapi"
 	"github.com/holdfast/holdfast/internal/servertest"
 	"github.com/holdfast/holdfast/internal/state"
 )
@@ -154,10 +159,11 @@ func TestClientAgentWithoutServers(t *testing.T) {
 	if code, _ := do(t, "GET", hs.URL+"/v1/agent/self", ""); code != 200 {
 		t.Fatalf("self: %d", code)
 	}
-	// Check and service endpoints would act on a server's node: refused.
+	// Without a local agent, check and service endpoints are refused:
+	// forwarded, they would act on a server's node.
 	for _, path := range []string{"/v1/agent/checks", "/v1/agent/services", "/v1/agent/check/register", "/v1/agent/check/pass/x", "/v1/agent/service/register"} {
 		code, body := do(t, "PUT", hs.URL+path, "{}")
-		if code != 501 || !strings.Contains(body, "does not run checks or services of its own yet") || !strings.Contains(body, "naming node lonely") {
+		if code != 501 || !strings.Contains(body, "runs no checks or services") {
 			t.Fatalf("%s: %d %q", path, code, body)
 		}
 	}
@@ -265,5 +271,53 @@ func TestClientAgentPicksAServer(t *testing.T) {
 	c.pool = fakePool{pool[0], pool[1]}
 	if got := c.server(); got != "" {
 		t.Fatalf("only a left server: %q", got)
+	}
+}
+
+// A client agent runs its own checks: a TTL check registered through it
+// lands in the server's catalog on the client's node, and letting it lapse
+// invalidates a session bound to it.
+func TestClientAgentRunsItsOwnChecks(t *testing.T) {
+	srv := servertest.New(t, servertest.Options{})
+	c := newClientAgent("client1", "dc1", "x", fakePool{{Name: "node1", Addr: "127.0.0.1",
+		Status: gossip.StatusAlive, Tags: map[string]string{"role": "server", "http": srv.Addr}}}, hclog.NewNullLogger())
+	clk := clocktest.NewFake(servertest.Epoch)
+	ag := agent.New(agent.Config{Node: "client1", Clock: clk, Catalog: &agent.HTTPCatalog{Base: func() (string, error) {
+		return "http://" + c.server(), nil
+	}}})
+	defer ag.Close()
+	c.local = httpapi.AgentHandler(ag, "dc1", httpapi.Options{})
+	hs := httptest.NewServer(c)
+	defer hs.Close()
+
+	if code, body := do(t, "PUT", hs.URL+"/v1/agent/check/register", `{"ID":"app","Name":"app","TTL":"10s","Status":"passing"}`); code != 200 {
+		t.Fatalf("register: %d %q", code, body)
+	}
+	code, body := do(t, "GET", srv.URL+"/v1/health/node/client1", "")
+	if code != 200 || !strings.Contains(body, `"CheckID":"app"`) || !strings.Contains(body, `"Status":"passing"`) {
+		t.Fatalf("server catalog: %d %s", code, body)
+	}
+	code, body = do(t, "PUT", hs.URL+"/v1/session/create", `{"NodeChecks":["app"]}`)
+	if code != 200 || !strings.Contains(body, `"ID"`) {
+		t.Fatalf("session create through the client: %d %s", code, body)
+	}
+	var created struct{ ID string }
+	if err := json.Unmarshal([]byte(body), &created); err != nil {
+		t.Fatal(err)
+	}
+	if err := clk.BlockUntilWaiters(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(10 * time.Second) // the TTL lapses on the client: critical, session invalidated
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body = do(t, "GET", srv.URL+"/v1/session/info/"+created.ID, "")
+		if code == 200 && strings.TrimSpace(body) == "[]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session bound to the lapsed client check still alive: %s", body)
+		}
+		runtime.Gosched()
 	}
 }
