@@ -648,3 +648,31 @@ func truncate(s string) string {
 	}
 	return fmt.Sprintf("Captured %d of %d bytes\n...\n%s", MaxOutput, len(s), s[len(s)-MaxOutput:])
 }
+
+// ForgetStale deregisters from the catalog the checks of this agent's node
+// that an earlier run of the agent registered (their Type is ttl, http or
+// tcp) and this run does not know. Nothing runs them any more: a TTL check
+// left passing would otherwise keep the sessions bound to it alive forever.
+// Deregistering invalidates those sessions, as losing the check should.
+// inCatalog is the node's checks as the catalog has them; checks registered
+// through the catalog API (no agent type) are left alone.
+func (a *Agent) ForgetStale(ctx context.Context, inCatalog []*state.HealthCheck) error {
+	known := make(map[string]bool)
+	for _, c := range a.Checks() {
+		known[c.CheckID] = true
+	}
+	for _, c := range inCatalog {
+		if c.Node != a.cfg.Node || known[c.CheckID] {
+			continue
+		}
+		switch checkKind(c.Type) {
+		case kindTTL, kindHTTP, kindTCP:
+		default:
+			continue
+		}
+		if err := a.cfg.Catalog.Deregister(ctx, &state.DeregisterRequest{Node: a.cfg.Node, CheckID: c.CheckID}); err != nil {
+			return fmt.Errorf("agent: forgetting stale check %q: %w", c.CheckID, err)
+		}
+	}
+	return nil
+}

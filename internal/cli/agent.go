@@ -113,6 +113,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	// The agent runs this node's checks and services, writing through the server.
 	ag := agent.New(agent.Config{Node: srv.NodeName(), Catalog: srv, Logger: slog.New(hclogHandler{logger.Named("agent")})})
 	defer ag.Close()
+	go forgetStaleChecks(ctx, srv, ag, logger)
 	handler := httpapi.New(srv, httpapi.Options{
 		Agent:  ag,
 		Logger: slog.New(hclogHandler{logger}),
@@ -217,3 +218,15 @@ func (h hclogHandler) Handle(_ context.Context, r slog.Record) error {
 
 func (h hclogHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h hclogHandler) WithGroup(string) slog.Handler      { return h }
+
+// forgetStaleChecks drops, once this server leads, the agent checks an
+// earlier run left in the catalog: nothing runs them now.
+func forgetStaleChecks(ctx context.Context, srv *server.Server, ag *agent.Agent, logger hclog.Logger) {
+	if err := srv.WaitForLeader(ctx); err != nil {
+		return // not leading (yet): the next start of this agent tries again
+	}
+	_, checks := srv.State().NodeChecks(nil, srv.NodeName())
+	if err := ag.ForgetStale(ctx, checks); err != nil {
+		logger.Warn("could not drop checks left by an earlier run", "error", err)
+	}
+}
