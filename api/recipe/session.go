@@ -555,8 +555,8 @@ func (k *keeperLoop) startRenew() {
 	n, sent := k.attempt, s.clk.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	k.cancelReq = cancel
-	s.tracef("renew %d sent", n)
 	k.attemptT.Reset(s.renewTO)
+	s.tracef("renew %d sent", n)
 	go func() {
 		se, _, err := s.c.Session().Renew(ctx, s.id, nil)
 		r := renewResult{attempt: n, sent: sent, err: err}
@@ -573,26 +573,32 @@ func (k *keeperLoop) startRenew() {
 }
 
 // fail handles a failed or unanswered renew: Suspended (once), and a retry.
+// Timers are armed before anything is reported, here and everywhere in the
+// keeper, so that whoever reacts to a report finds the keeper's next steps
+// already scheduled.
 func (k *keeperLoop) fail(err error) {
 	s := k.s
 	k.inflight = false
 	k.attemptT.Stop()
 	k.cancelReq()
+	suspend := s.currentState() != Suspended
+	if suspend && s.deadline.curator {
+		d := s.TTL() * time.Duration(s.deadline.percent) / 100
+		k.deadlineT.Reset(d)
+		s.setLocalDeadline(s.clk.Now().Add(d))
+	}
+	timedOut := err == errRenewTimeout
+	if !timedOut {
+		k.renewT.Reset(s.retry)
+	}
 	s.tracef("renew %d failed: %v", k.attempt, err)
-	if s.currentState() != Suspended {
-		if s.deadline.curator {
-			d := s.TTL() * time.Duration(s.deadline.percent) / 100
-			k.deadlineT.Reset(d)
-			s.setLocalDeadline(s.clk.Now().Add(d))
-		}
+	if suspend {
 		s.setState(Suspended, err)
 	}
-	if err == errRenewTimeout {
+	if timedOut {
 		// The attempt already waited the renew timeout; go again now.
 		k.startRenew()
-		return
 	}
-	k.renewT.Reset(s.retry)
 }
 
 func (k *keeperLoop) onResult(r renewResult) bool {
@@ -613,7 +619,6 @@ func (k *keeperLoop) onResult(r renewResult) bool {
 	}
 	k.inflight = false
 	k.attemptT.Stop()
-	s.tracef("renew %d ok", r.attempt)
 	s.mu.Lock()
 	if r.sent.After(s.lastOK) {
 		s.lastOK = r.sent
@@ -631,10 +636,11 @@ func (k *keeperLoop) onResult(r renewResult) bool {
 		s.setLocalDeadline(dl)
 		k.deadlineT.Reset(dl.Sub(s.clk.Now()))
 	}
+	k.renewT.Reset(lastOK.Add(ttl / 2).Sub(s.clk.Now()))
+	s.tracef("renew %d ok", r.attempt)
 	if s.currentState() == Suspended {
 		s.setState(Reconnected, nil)
 	}
-	k.renewT.Reset(lastOK.Add(ttl / 2).Sub(s.clk.Now()))
 	return false
 }
 

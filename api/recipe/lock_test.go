@@ -1,0 +1,670 @@
+package recipe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	capi "github.com/hashicorp/consul/api"
+
+	"github.com/holdfast/holdfast/api"
+)
+
+// The lock tests run against an in-process server on a fake clock. Their
+// sessions have a TTL of an hour and no lock-delay unless a test says
+// otherwise, so that moving the clock for one purpose does not expire
+// them by accident.
+func lockSession(t testing.TB, srv *server, o *SessionOptions) *Session {
+	t.Helper()
+	opts := SessionOptions{TTL: time.Hour}
+	if o != nil {
+		opts = *o
+		if opts.TTL == 0 {
+			opts.TTL = time.Hour
+		}
+	}
+	return srv.session(t, &opts)
+}
+
+func mustLock(t testing.TB, s *Session, key string, hook func(string)) *Lock {
+	t.Helper()
+	l, err := NewLock(s, key, &LockOptions{Value: []byte("held by " + s.ID()[:8])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.hook = hook
+	return l
+}
+
+func TestLockAndUnlock(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	s := lockSession(t, srv, nil)
+	l := mustLock(t, s, "svc/db/lock", nil)
+
+	h, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := h.Sequencer()
+	if seq.Key != "svc/db/lock" || seq.Session != s.ID() || seq.LockIndex != 1 {
+		t.Fatalf("sequencer %v", seq)
+	}
+	if _, err := l.Lock(ctx); err != ErrLockHeld {
+		t.Fatalf("second Lock: %v", err)
+	}
+	p, _, err := srv.c.KV().Get(ctx, "svc/db/lock", nil)
+	if err != nil || p.Session != s.ID() || p.Flags != LockFlagValue || string(p.Value) != "held by "+s.ID()[:8] {
+		t.Fatalf("key while held: %+v %v", p, err)
+	}
+	if st, _, err := srv.c.KV().Fence(ctx, seq, nil); err != nil || !st.Valid {
+		t.Fatalf("fence: %+v %v", st, err)
+	}
+
+	other := lockSession(t, srv, nil)
+	if _, err := mustLock(t, other, "svc/db/lock", nil).TryLock(ctx); err != ErrLocked {
+		t.Fatalf("TryLock of a held lock: %v", err)
+	}
+
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !isClosed(h.Lost()) || h.Err() != ErrReleased {
+		t.Fatalf("after Unlock: lost=%v err=%v", isClosed(h.Lost()), h.Err())
+	}
+	if err := h.Unlock(ctx); err != ErrLockNotHeld {
+		t.Fatalf("second Unlock: %v", err)
+	}
+	if err := l.Unlock(ctx); err != ErrLockNotHeld {
+		t.Fatalf("Lock.Unlock with no hold: %v", err)
+	}
+	p, _, err = srv.c.KV().Get(ctx, "svc/db/lock", nil)
+	if err != nil || p.Session != "" || p.Flags != LockFlagValue || p.LockIndex != 1 {
+		t.Fatalf("key after Unlock: %+v %v", p, err)
+	}
+	if keys, _, _ := srv.c.KV().Keys(ctx, "svc/db/lock/", "", nil); len(keys) != 0 {
+		t.Fatalf("queue left behind: %v", keys)
+	}
+
+	// TryLock on a free key; then the same Lock again with a new index.
+	h2, err := mustLock(t, other, "svc/db/lock", nil).TryLock(ctx)
+	if err != nil || h2.Sequencer().LockIndex != 2 {
+		t.Fatalf("TryLock of a free lock: %v %v", h2, err)
+	}
+	if err := h2.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h3, err := l.Lock(ctx)
+	if err != nil || h3.Sequencer().LockIndex != 3 {
+		t.Fatalf("Lock again: %v %v", h3, err)
+	}
+	if err := l.Destroy(ctx); err != ErrLockHeld {
+		t.Fatalf("Destroy while held: %v", err)
+	}
+	if err := mustLock(t, other, "svc/db/lock", nil).Destroy(ctx); err != ErrLockInUse {
+		t.Fatalf("Destroy while held by another: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Destroy(ctx); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	if p, _, _ := srv.c.KV().Get(ctx, "svc/db/lock", nil); p != nil {
+		t.Fatalf("key after Destroy: %+v", p)
+	}
+}
+
+func TestLockConflict(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	s := lockSession(t, srv, nil)
+	if _, err := srv.c.KV().Put(ctx, &api.KVPair{Key: "plain", Value: []byte("x")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mustLock(t, s, "plain", nil).Lock(ctx); err != ErrLockConflict {
+		t.Fatalf("Lock on a plain key: %v", err)
+	}
+	if _, err := mustLock(t, s, "plain", nil).TryLock(ctx); err != ErrLockConflict {
+		t.Fatalf("TryLock on a plain key: %v", err)
+	}
+	if keys, _, _ := srv.c.KV().Keys(ctx, "plain/", "", nil); len(keys) != 0 {
+		t.Fatalf("queue left behind: %v", keys)
+	}
+	for _, key := range []string{"", "/abs"} {
+		if _, err := NewLock(s, key, nil); err == nil {
+			t.Errorf("NewLock(%q) accepted", key)
+		}
+	}
+}
+
+// meter is an http.RoundTripper that counts one client's requests and
+// knows how many of its blocking reads are in flight.
+type meter struct {
+	base http.RoundTripper
+
+	mu      sync.Mutex
+	total   int
+	parked  int
+	changed chan struct{}
+}
+
+func newMeter() *meter {
+	return &meter{base: http.DefaultTransport.(*http.Transport).Clone(), changed: make(chan struct{})}
+}
+
+func (m *meter) RoundTrip(r *http.Request) (*http.Response, error) {
+	blocking := r.URL.Query().Get("index") != "" && r.URL.Query().Get("index") != "0"
+	m.update(func() {
+		m.total++
+		if blocking {
+			m.parked++
+		}
+	})
+	resp, err := m.base.RoundTrip(r)
+	if blocking {
+		m.update(func() { m.parked-- })
+	}
+	return resp, err
+}
+
+func (m *meter) update(f func()) {
+	m.mu.Lock()
+	f()
+	close(m.changed)
+	m.changed = make(chan struct{})
+	m.mu.Unlock()
+}
+
+func (m *meter) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.total
+}
+
+// waitParked waits until the client has exactly one blocking read in
+// flight and nothing else: it is waiting.
+func (m *meter) waitParked(t testing.TB, who string) {
+	t.Helper()
+	timeout := time.After(bound)
+	for {
+		m.mu.Lock()
+		parked, ch := m.parked, m.changed
+		m.mu.Unlock()
+		if parked == 1 {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("%s never parked on a blocking read (%d in flight)", who, parked)
+		}
+	}
+}
+
+// meteredSession is a session whose client (and so its locks' requests)
+// goes through a meter.
+func meteredSession(t testing.TB, srv *server) (*Session, *meter) {
+	t.Helper()
+	m := newMeter()
+	c, err := api.NewClient(&api.Config{Address: srv.Addr, HTTPClient: &http.Client{Transport: m}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSession(testCtx(t), c, &SessionOptions{TTL: time.Hour, LockDelay: -1, Clock: srv.Clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s, m
+}
+
+// TestLockFairQueue: waiters get the lock in the order they arrived, and a
+// hand-off wakes only the next waiter: every other waiter sends no request
+// at all while the lock passes on.
+func TestLockFairQueue(t *testing.T) {
+	const waiters = 8
+	ctx := testCtx(t)
+	srv := newServer(t)
+	const key = "jobs/nightly"
+
+	type contender struct {
+		s     *Session
+		m     *meter
+		l     *Lock
+		holds chan *Hold
+	}
+	cs := make([]*contender, waiters+1)
+	for i := range cs {
+		s, m := meteredSession(t, srv)
+		cs[i] = &contender{s: s, m: m, l: mustLock(t, s, key, nil), holds: make(chan *Hold, 1)}
+	}
+	first, err := cs[0].l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs[0].m.waitParked(t, "the holder's monitor")
+	for i := 1; i <= waiters; i++ {
+		c := cs[i]
+		go func() {
+			h, err := c.l.Lock(ctx)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+			}
+			c.holds <- h
+		}()
+		// Wait until it is parked before the next one arrives, so that
+		// arrival order is well defined.
+		c.m.waitParked(t, fmt.Sprintf("waiter %d", i))
+	}
+
+	cur := first
+	for i := 1; i <= waiters; i++ {
+		before := make([]int, len(cs))
+		for j, c := range cs {
+			before[j] = c.m.count()
+		}
+		if err := cur.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var h *Hold
+		select {
+		case h = <-cs[i].holds:
+		case <-time.After(bound):
+			t.Fatalf("waiter %d never got the lock", i)
+		}
+		if h.Sequencer().LockIndex != uint64(i+1) {
+			t.Fatalf("waiter %d holds %v", i, h.Sequencer())
+		}
+		// Everyone still waiting is (still) parked; the new holder's
+		// monitor is parked too.
+		for j := i; j <= waiters; j++ {
+			cs[j].m.waitParked(t, fmt.Sprintf("contender %d", j))
+		}
+		for j := i + 1; j <= waiters; j++ {
+			if n := cs[j].m.count() - before[j]; n != 0 {
+				t.Errorf("hand-off %d: waiter %d (not next) sent %d requests", i, j, n)
+			}
+		}
+		cur = h
+	}
+	if err := cur.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _, _ := srv.c.KV().Keys(ctx, key+"/", "", nil); len(keys) != 0 {
+		t.Fatalf("queue left behind: %v", keys)
+	}
+}
+
+// TestLockWaitsOutLockDelayExactly: when the holder's session is
+// invalidated, the next waiter is refused for the lock-delay and waits
+// exactly the remaining delay the server reported, on its clock.
+func TestLockWaitsOutLockDelayExactly(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	holder := lockSession(t, srv, &SessionOptions{LockDelay: 2 * time.Second})
+	h, err := mustLock(t, holder, "svc/leader", nil).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	lines := make(chan string, 16)
+	waiter := lockSession(t, srv, &SessionOptions{LockDelay: 3 * time.Second})
+	wl := mustLock(t, waiter, "svc/leader", func(l string) { lines <- l })
+	got := make(chan *Hold, 1)
+	go func() {
+		h, err := wl.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h
+	}()
+	expectLine := func(want string) {
+		t.Helper()
+		select {
+		case l := <-lines:
+			if l != want {
+				t.Fatalf("waiter did %q, want %q", l, want)
+			}
+		case <-time.After(bound):
+			t.Fatalf("waiter did nothing, want %q", want)
+		}
+	}
+	expectLine("wait for " + holder.ID())
+
+	// The holder's session is invalidated (destroyed here; a TTL or a
+	// failed check does the same).
+	if _, err := srv.c.Session().Destroy(ctx, holder.ID(), nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Lost():
+	case <-time.After(bound):
+		t.Fatal("the old hold was not reported lost")
+	}
+	expectLine("head")
+	expectLine("lock-delay 2s")
+	srv.Clock.Advance(2*time.Second - 1)
+	select {
+	case l := <-lines:
+		t.Fatalf("a nanosecond early the waiter did %q", l)
+	case <-got:
+		t.Fatal("a nanosecond early the waiter got the lock")
+	default:
+	}
+	srv.Clock.Advance(1)
+	expectLine("acquired 2")
+	wh := <-got
+	if wh.Sequencer().LockIndex != 2 {
+		t.Fatalf("hold %v", wh.Sequencer())
+	}
+
+	// The stale holder's fenced write is refused, the new one's accepted.
+	kv := srv.c.KV()
+	if ok, _, err := kv.PutFenced(ctx, &api.KVPair{Key: "svc/config", Value: []byte("old")}, h.Sequencer(), nil); err != nil || ok {
+		t.Fatalf("stale holder's fenced write: %v %v", ok, err)
+	}
+	if ok, _, err := kv.PutFenced(ctx, &api.KVPair{Key: "svc/config", Value: []byte("new")}, wh.Sequencer(), nil); err != nil || !ok {
+		t.Fatalf("new holder's fenced write: %v %v", ok, err)
+	}
+	// The old hold's Unlock cannot free the new one.
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := kv.Fence(ctx, wh.Sequencer(), nil); !st.Valid {
+		t.Fatal("the stale Unlock freed the new hold")
+	}
+
+	// TryLock reports a lock-delay with how long it has to run.
+	waiter2 := lockSession(t, srv, nil)
+	if _, err := srv.c.Session().Destroy(ctx, waiter.ID(), nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wh.Lost():
+	case <-time.After(bound):
+		t.Fatal("hold not lost")
+	}
+	_, err = mustLock(t, waiter2, "svc/leader", nil).TryLock(ctx)
+	var lde *LockDelayError
+	if !errors.As(err, &lde) || !errors.Is(err, ErrLocked) {
+		t.Fatalf("TryLock in lock-delay: %v", err)
+	}
+	if lde.Remaining != 3*time.Second || lde.Key != "svc/leader" {
+		t.Fatalf("lock-delay error %+v", lde)
+	}
+}
+
+// TestHoldLostWhenKeyChangesHands: an operator's release (or anything that
+// moves the key away from the session) closes Lost at once, and the queue
+// moves on without waiting for Unlock.
+func TestHoldLostWhenKeyChangesHands(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	s := lockSession(t, srv, nil)
+	h, err := mustLock(t, s, "k", nil).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := lockSession(t, srv, nil)
+	got := make(chan *Hold, 1)
+	go func() {
+		h, err := mustLock(t, next, "k", nil).Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h
+	}()
+	if ok, _, err := srv.c.KV().Release(ctx, &api.KVPair{Key: "k", Session: s.ID(), Flags: LockFlagValue}, nil); err != nil || !ok {
+		t.Fatalf("operator release: %v %v", ok, err)
+	}
+	select {
+	case <-h.Lost():
+	case <-time.After(bound):
+		t.Fatal("hold not lost after the key was released")
+	}
+	if h.Err() != ErrKeyChanged {
+		t.Fatalf("lost because %v", h.Err())
+	}
+	select {
+	case nh := <-got:
+		if nh.Sequencer().LockIndex != 2 {
+			t.Fatalf("next hold %v", nh.Sequencer())
+		}
+	case <-time.After(bound):
+		t.Fatal("the next waiter did not get the lock")
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHoldPolicy: under LoseOnSuspended a hold is lost at the first failed
+// renew; under LoseOnLost only at the safe deadline.
+func TestHoldPolicy(t *testing.T) {
+	for _, policy := range []Policy{LoseOnSuspended, LoseOnLost} {
+		t.Run(policy.String(), func(t *testing.T) {
+			ctx := testCtx(t)
+			srv := newServer(t)
+			proxy := newCutProxy(t, srv.URL)
+			s, err := NewSession(ctx, newClient(t, proxy.srv.Listener.Addr().String()), &SessionOptions{
+				TTL: 10 * time.Second, LockDelay: -1, Policy: policy, Clock: srv.Clock,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close(ctx)
+			events := s.Listen(ctx)
+			<-events
+			h, err := mustLock(t, s, "k", nil).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy.set("fail")
+			srv.Clock.Advance(5 * time.Second)
+			if ev := <-events; ev.State != Suspended {
+				t.Fatalf("event %v", ev.State)
+			}
+			if policy == LoseOnSuspended {
+				select {
+				case <-h.Lost():
+				case <-time.After(bound):
+					t.Fatal("hold not lost at Suspended")
+				}
+				if h.Err() != ErrUntrusted {
+					t.Fatalf("lost because %v", h.Err())
+				}
+				return
+			}
+			if isClosed(h.Lost()) {
+				t.Fatalf("LoseOnLost: hold lost at Suspended (%v)", h.Err())
+			}
+			srv.Clock.Set(s.Deadline())
+			if ev := <-events; ev.State != Lost {
+				t.Fatalf("event %v", ev.State)
+			}
+			select {
+			case <-h.Lost():
+			case <-time.After(bound):
+				t.Fatal("hold not lost at Lost")
+			}
+		})
+	}
+}
+
+// TestLockFailsWhenSessionLost: a waiting Lock returns ErrSessionLost as
+// soon as its session is Lost.
+func TestLockFailsWhenSessionLost(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	holder := lockSession(t, srv, nil)
+	if _, err := mustLock(t, holder, "k", nil).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waiter := lockSession(t, srv, &SessionOptions{TTL: 10 * time.Second})
+	lines := make(chan string, 4)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := mustLock(t, waiter, "k", func(l string) { lines <- l }).Lock(ctx)
+		errc <- err
+	}()
+	<-lines // waiting
+	if _, err := srv.c.Session().Destroy(ctx, waiter.ID(), nil); err != nil {
+		t.Fatal(err)
+	}
+	srv.Clock.Advance(5 * time.Second) // the keeper's renew learns it is gone
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrSessionLost) || !errors.Is(err, ErrSessionExpired) {
+			t.Fatalf("Lock returned %v", err)
+		}
+	case <-time.After(bound):
+		t.Fatal("Lock still waiting after its session was lost")
+	}
+	if _, err := mustLock(t, waiter, "k", nil).Lock(ctx); !errors.Is(err, ErrSessionLost) {
+		t.Fatalf("Lock on a lost session: %v", err)
+	}
+}
+
+// TestLockCancel: a cancelled Lock leaves the queue.
+func TestLockCancel(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	holder := lockSession(t, srv, nil)
+	if _, err := mustLock(t, holder, "k", nil).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waiter := lockSession(t, srv, nil)
+	lines := make(chan string, 4)
+	wctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := mustLock(t, waiter, "k", func(l string) { lines <- l }).Lock(wctx)
+		errc <- err
+	}()
+	<-lines
+	cancel()
+	if err := <-errc; err != context.Canceled {
+		t.Fatalf("cancelled Lock: %v", err)
+	}
+	keys, _, err := srv.c.KV().Keys(ctx, "k/"+QueueDir+"/", "", nil)
+	if err != nil || len(keys) != 1 || !strings.HasSuffix(keys[0], holder.ID()) {
+		t.Fatalf("queue after cancel: %v %v", keys, err)
+	}
+}
+
+func consulClient(t testing.TB, srv *server) *capi.Client {
+	t.Helper()
+	cfg := capi.DefaultConfig()
+	cfg.Address = srv.Addr
+	cfg.Scheme = "http"
+	cfg.Token = ""
+	cfg.Datacenter = ""
+	c, err := capi.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestLockInteropConsul: a holdfast Lock and Consul's api.Lock on the same
+// key exclude each other and hand over to each other, both ways.
+func TestLockInteropConsul(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	cc := consulClient(t, srv)
+	const key = "interop/lock"
+
+	// Consul holds; holdfast waits and gets it on Unlock.
+	cl, err := cc.LockOpts(&capi.LockOptions{Key: key, Value: []byte("consul")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Lock(nil); err != nil {
+		t.Fatal(err)
+	}
+	s := lockSession(t, srv, nil)
+	lines := make(chan string, 8)
+	hl := mustLock(t, s, key, func(l string) { lines <- l })
+	got := make(chan *Hold, 1)
+	go func() {
+		h, err := hl.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h
+	}()
+	if l := <-lines; l != "head" {
+		t.Fatalf("waiter: %q", l)
+	}
+	if l := <-lines; !strings.HasPrefix(l, "held by ") {
+		t.Fatalf("waiter: %q", l)
+	}
+	if _, err := hl.TryLock(ctx); err != ErrLockBusy {
+		t.Fatalf("TryLock during Lock: %v", err)
+	}
+	if _, err := mustLock(t, lockSession(t, srv, nil), key, nil).TryLock(ctx); err != ErrLocked {
+		t.Fatalf("TryLock while Consul holds the key: %v", err)
+	}
+	if err := cl.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	var h *Hold
+	select {
+	case h = <-got:
+	case <-time.After(bound):
+		t.Fatal("holdfast did not get the lock after Consul's Unlock")
+	}
+
+	// holdfast holds; Consul waits and gets it on Unlock.
+	cl2, err := cc.LockOpts(&capi.LockOptions{Key: key, Value: []byte("consul 2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	consulGot := make(chan error, 1)
+	go func() {
+		ch, err := cl2.Lock(stop)
+		if err == nil && ch == nil {
+			err = errors.New("no lock channel")
+		}
+		consulGot <- err
+	}()
+	// Consul's Lock must be waiting, not holding.
+	if st, _, err := srv.c.KV().Fence(ctx, h.Sequencer(), nil); err != nil || !st.Valid {
+		t.Fatalf("holdfast's hold while Consul waits: %+v %v", st, err)
+	}
+	select {
+	case err := <-consulGot:
+		t.Fatalf("Consul's Lock returned while holdfast holds: %v", err)
+	default:
+	}
+	start := time.Now()
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-consulGot:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(bound):
+		t.Fatal("Consul did not get the lock after holdfast's Unlock")
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("Consul took %v to take over", d)
+	}
+	p, _, err := srv.c.KV().Get(ctx, key, nil)
+	if err != nil || p.Session == "" || p.Session == s.ID() || string(p.Value) != "consul 2" {
+		t.Fatalf("key after hand-over to Consul: %+v %v", p, err)
+	}
+	if err := cl2.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+}
