@@ -229,8 +229,19 @@ start_holdfast() {
 	local dir=$TMP/holdfast-$GEN p
 	free_port && p=$PORT || return 1
 	mkdir -p "$dir/data"
+	# The agent's other listeners (raft, gossip) get free ports too, when it has them.
+	local more=() help
+	help=$("$TMP/holdfast" agent -h 2>&1 || true)
+	if [[ $help == *-server-addr* ]]; then
+		free_port || return 1
+		more+=(-server-addr "127.0.0.1:$PORT")
+	fi
+	if [[ $help == *-serf-addr* ]]; then
+		free_port || return 1
+		more+=(-serf-addr "127.0.0.1:$PORT")
+	fi
 	# shellcheck disable=SC2086
-	"$TMP/holdfast" agent -data-dir "$dir/data" -http-addr "127.0.0.1:$p" $HOLDFAST_ARGS >"$dir/log" 2>&1 &
+	"$TMP/holdfast" agent -data-dir "$dir/data" -http-addr "127.0.0.1:$p" "${more[@]}" $HOLDFAST_ARGS >"$dir/log" 2>&1 &
 	PID[holdfast]=$!
 	ADDR_holdfast=127.0.0.1:$p
 	sleep 0.3
