@@ -1,0 +1,488 @@
+package recipe
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/holdfast/holdfast/api"
+)
+
+// SemaphoreFlagValue marks a semaphore's keys in their Flags. It is the
+// value Consul's Go client uses.
+const SemaphoreFlagValue uint64 = 0xe0f69a2baa414de0
+
+// DefaultSemaphoreKey is the name, under the prefix, of the key that holds
+// the semaphore's limit and holders.
+const DefaultSemaphoreKey = ".lock"
+
+// Errors of Semaphore.
+var (
+	// ErrSemaphoreHeld: this Semaphore already holds a permit.
+	ErrSemaphoreHeld = errors.New("recipe: semaphore already held")
+	// ErrSemaphoreNotHeld: Release of a permit already given up.
+	ErrSemaphoreNotHeld = errors.New("recipe: semaphore not held")
+	// ErrSemaphoreFull: TryAcquire found every slot taken.
+	ErrSemaphoreFull = errors.New("recipe: every slot of the semaphore is taken")
+	// ErrSemaphoreBusy: TryAcquire while an Acquire of the same Semaphore
+	// waits.
+	ErrSemaphoreBusy = errors.New("recipe: an Acquire call of this Semaphore is in progress")
+	// ErrSemaphoreConflict: the prefix's .lock key is not a semaphore's.
+	ErrSemaphoreConflict = errors.New("recipe: existing key does not match semaphore use")
+	// ErrSemaphoreInUse: Destroy while the semaphore has live holders.
+	ErrSemaphoreInUse = errors.New("recipe: semaphore in use")
+)
+
+// SemaphoreOptions tune a Semaphore.
+type SemaphoreOptions struct {
+	// Value is written to this contender's key, for people reading the
+	// store.
+	Value []byte
+}
+
+// Semaphore lets up to a limit of sessions hold a permit at once. It is the
+// recipe of Consul's semaphore guide, and interoperates with Consul's
+// api.Semaphore on the same prefix:
+//
+//   - each contender acquires the key <prefix>/<session> with its session
+//     (Flags SemaphoreFlagValue), so the key dies with the session;
+//   - the key <prefix>/.lock holds {"Limit":N,"Holders":{"<session>":true,…}};
+//   - a contender reads the whole prefix, prunes the holders that have no
+//     live contender key, and if a slot is free adds itself with a
+//     check-and-set on .lock's ModifyIndex; otherwise it waits with a
+//     blocking read of the prefix and tries again.
+//
+// The session should have Behavior "delete" (as Consul's semaphore
+// sessions do) so that a dead holder's contender key disappears; with
+// "release" it stays, unlocked, and is pruned all the same.
+//
+// Unlike Lock, waiting is not queued: every change under the prefix wakes
+// every waiter, as with Consul's.
+type Semaphore struct {
+	s      *Session
+	prefix string
+	limit  int
+	value  []byte
+	kv     *api.KV
+
+	acq    sync.Mutex
+	mu     sync.Mutex
+	permit *Permit
+}
+
+// NewSemaphore returns a Semaphore of limit slots at prefix for session s.
+// All contenders on a prefix must agree on the limit.
+func NewSemaphore(s *Session, prefix string, limit int, opts *SemaphoreOptions) (*Semaphore, error) {
+	if s == nil {
+		return nil, errors.New("recipe: nil Session")
+	}
+	prefix = strings.TrimSuffix(prefix, "/")
+	if prefix == "" || strings.HasPrefix(prefix, "/") {
+		return nil, fmt.Errorf("recipe: invalid semaphore prefix %q", prefix)
+	}
+	if limit <= 0 {
+		return nil, errors.New("recipe: semaphore limit must be positive")
+	}
+	sem := &Semaphore{s: s, prefix: prefix, limit: limit, kv: s.c.KV()}
+	if opts != nil {
+		sem.value = opts.Value
+	}
+	return sem, nil
+}
+
+// Prefix is the semaphore's prefix.
+func (sem *Semaphore) Prefix() string { return sem.prefix }
+
+// Limit is the number of slots.
+func (sem *Semaphore) Limit() int { return sem.limit }
+
+func (sem *Semaphore) lockKey() string      { return sem.prefix + "/" + DefaultSemaphoreKey }
+func (sem *Semaphore) contenderKey() string { return sem.prefix + "/" + sem.s.id }
+
+// semaphoreLock is the value of the .lock key.
+type semaphoreLock struct {
+	Limit   int
+	Holders map[string]bool
+}
+
+// Permit is one slot of a semaphore, from acquisition to Release.
+type Permit struct {
+	sem  *Semaphore
+	seq  Sequencer
+	lost chan struct{}
+
+	lostOnce sync.Once
+	stop     context.CancelFunc
+	monitor  chan struct{}
+
+	mu       sync.Mutex
+	released bool
+	why      error
+}
+
+// Sequencer names this permit: the .lock key, the session, and the .lock
+// key's ModifyIndex right after this permit was recorded in it. A later
+// permit has a larger index. The server's fence (api.KV.Fence) checks lock
+// holds, not permits, so a resource compares these itself.
+func (p *Permit) Sequencer() Sequencer { return p.seq }
+
+// Lost is closed the moment the permit is lost: the session's holder entry
+// left .lock (pruned after its contender key vanished, or removed by
+// someone), or the session's policy says its holds are gone. Release
+// closes it too.
+func (p *Permit) Lost() <-chan struct{} { return p.lost }
+
+// Err says why the permit was lost, nil while it is held.
+func (p *Permit) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.why
+}
+
+func (p *Permit) markLost(why error) {
+	p.lostOnce.Do(func() {
+		p.mu.Lock()
+		p.why = why
+		p.mu.Unlock()
+		close(p.lost)
+	})
+}
+
+// Acquire blocks until it holds a permit, ctx is done, or the session ends
+// (ErrSessionLost).
+func (sem *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
+	sem.acq.Lock()
+	defer sem.acq.Unlock()
+	return sem.acquire(ctx, false)
+}
+
+// TryAcquire takes a permit if a slot is free, and returns ErrSemaphoreFull
+// at once otherwise.
+func (sem *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) {
+	if !sem.acq.TryLock() {
+		return nil, ErrSemaphoreBusy
+	}
+	defer sem.acq.Unlock()
+	return sem.acquire(ctx, true)
+}
+
+// Release gives up the current permit (see Permit.Release);
+// ErrSemaphoreNotHeld if there is none.
+func (sem *Semaphore) Release(ctx context.Context) error {
+	sem.mu.Lock()
+	p := sem.permit
+	sem.mu.Unlock()
+	if p == nil {
+		return ErrSemaphoreNotHeld
+	}
+	return p.Release(ctx)
+}
+
+func (sem *Semaphore) acquire(ctx context.Context, once bool) (*Permit, error) {
+	sem.mu.Lock()
+	held := sem.permit != nil
+	sem.mu.Unlock()
+	if held {
+		return nil, ErrSemaphoreHeld
+	}
+	if isClosed(sem.s.Done()) {
+		return nil, sessionLost(sem.s)
+	}
+	ctx, stop := withSession(ctx, sem.s)
+	defer stop()
+	if err := sem.contend(ctx); err != nil {
+		return nil, ctxErr(ctx, sem.s, err)
+	}
+	p, err := sem.wait(ctx, once)
+	if err != nil {
+		cctx, cancel := cleanupCtx(ctx, sem.s.clk, sem.s.renewTO)
+		sem.kv.Delete(cctx, sem.contenderKey(), nil)
+		cancel()
+		return nil, ctxErr(ctx, sem.s, err)
+	}
+	return p, nil
+}
+
+// contend makes our contender entry.
+func (sem *Semaphore) contend(ctx context.Context) error {
+	made, _, err := sem.kv.Acquire(ctx, &api.KVPair{
+		Key: sem.contenderKey(), Session: sem.s.id, Flags: SemaphoreFlagValue, Value: sem.value,
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("failed to make contender entry: %w", err)
+	}
+	if !made {
+		return errors.New("failed to make contender entry: refused")
+	}
+	return nil
+}
+
+// state reads the prefix and returns the .lock entry (a synthetic one if
+// absent), its decoded and pruned value, and whether our contender entry
+// is there.
+func (sem *Semaphore) state(ctx context.Context, q *api.QueryOptions) (*api.KVPair, *semaphoreLock, bool, *api.QueryMeta, error) {
+	pairs, qm, err := sem.kv.List(ctx, sem.prefix+"/", q)
+	if err != nil {
+		return nil, nil, false, nil, err
+	}
+	lockPair := &api.KVPair{Key: sem.lockKey(), Flags: SemaphoreFlagValue}
+	alive := map[string]bool{}
+	ours := false
+	for _, p := range pairs {
+		if p.Key == sem.lockKey() {
+			lockPair = p
+		}
+		if p.Session != "" {
+			alive[p.Session] = true
+		}
+		if p.Key == sem.contenderKey() && p.Session == sem.s.id {
+			ours = true
+		}
+	}
+	if lockPair.Flags != SemaphoreFlagValue {
+		return nil, nil, false, qm, ErrSemaphoreConflict
+	}
+	lk := &semaphoreLock{Limit: sem.limit, Holders: map[string]bool{}}
+	if lockPair.Value != nil {
+		lk = &semaphoreLock{}
+		if err := json.Unmarshal(lockPair.Value, lk); err != nil {
+			return nil, nil, false, qm, fmt.Errorf("lock decoding failed: %w", err)
+		}
+		if lk.Holders == nil {
+			lk.Holders = map[string]bool{}
+		}
+	}
+	if lk.Limit != sem.limit {
+		return nil, nil, false, qm, fmt.Errorf("semaphore limit conflict (lock: %d, local: %d)", lk.Limit, sem.limit)
+	}
+	for h := range lk.Holders {
+		if !alive[h] {
+			delete(lk.Holders, h)
+		}
+	}
+	return lockPair, lk, ours, qm, nil
+}
+
+func (sem *Semaphore) wait(ctx context.Context, once bool) (*Permit, error) {
+	var (
+		idx    uint64
+		errs   int
+		races  int
+		rejoin bool
+	)
+	for {
+		lockPair, lk, ours, qm, err := sem.state(ctx, &api.QueryOptions{WaitIndex: idx})
+		if err == nil && !ours {
+			// Our entry went away (deleted by someone); put it back once.
+			if rejoin {
+				return nil, errors.New("failed to make contender entry: it keeps disappearing")
+			}
+			rejoin = true
+			if err = sem.contend(ctx); err == nil {
+				idx = 0
+				continue
+			}
+		}
+		if err != nil {
+			if !api.IsRetryable(err) || ctx.Err() != nil {
+				return nil, err
+			}
+			errs++
+			if err := sleep(ctx, sem.s.clk, backoff(errs)); err != nil {
+				return nil, err
+			}
+			idx = 0
+			continue
+		}
+		errs = 0
+		if !lk.Holders[sem.s.id] && len(lk.Holders) >= lk.Limit {
+			if once {
+				return nil, ErrSemaphoreFull
+			}
+			idx = nextIndex(idx, qm.LastIndex)
+			continue
+		}
+		untrusted := sem.s.Untrusted()
+		lk.Holders[sem.s.id] = true
+		enc, err := json.Marshal(lk)
+		if err != nil {
+			return nil, err
+		}
+		ok, resp, _, err := sem.s.c.Txn().Txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{
+			Verb: api.KVCAS, Key: sem.lockKey(), Value: enc, Flags: SemaphoreFlagValue, Index: lockPair.ModifyIndex,
+		}}}, nil)
+		if err != nil {
+			if !api.IsRetryable(err) || ctx.Err() != nil {
+				return nil, fmt.Errorf("failed to update lock: %w", err)
+			}
+			errs++
+			if err := sleep(ctx, sem.s.clk, backoff(errs)); err != nil {
+				return nil, err
+			}
+			idx = 0
+			continue
+		}
+		if !ok || len(resp.Results) == 0 || resp.Results[0].KV == nil {
+			// Another contender changed .lock first: look again at once.
+			races++
+			if once && races > 16 {
+				return nil, ErrSemaphoreFull
+			}
+			idx = 0
+			continue
+		}
+		return sem.granted(ctx, resp.Results[0].KV.ModifyIndex, untrusted), nil
+	}
+}
+
+func (sem *Semaphore) granted(ctx context.Context, modifyIndex uint64, untrusted <-chan struct{}) *Permit {
+	p := &Permit{
+		sem:     sem,
+		seq:     Sequencer{Key: sem.lockKey(), Session: sem.s.id, LockIndex: modifyIndex},
+		lost:    make(chan struct{}),
+		monitor: make(chan struct{}),
+	}
+	sem.mu.Lock()
+	sem.permit = p
+	sem.mu.Unlock()
+	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.stop = cancel
+	go p.watch(mctx, untrusted)
+	return p
+}
+
+// watch closes Lost when the permit is lost; it stops at Release.
+func (p *Permit) watch(ctx context.Context, untrusted <-chan struct{}) {
+	defer close(p.monitor)
+	sem := p.sem
+	go func() {
+		select {
+		case <-untrusted:
+			p.markLost(ErrUntrusted)
+			// Nothing more to watch for: stop the blocking read too.
+			p.stop()
+		case <-ctx.Done():
+		}
+	}()
+	var idx uint64
+	errs := 0
+	for {
+		_, lk, ours, qm, err := sem.state(ctx, &api.QueryOptions{WaitIndex: idx, RequireConsistent: true})
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			errs++
+			if sleep(ctx, sem.s.clk, backoff(errs)) != nil {
+				return
+			}
+			idx = 0
+			continue
+		}
+		errs = 0
+		if !ours || !lk.Holders[sem.s.id] {
+			p.markLost(ErrKeyChanged)
+			return
+		}
+		if isClosed(p.lost) {
+			return
+		}
+		idx = nextIndex(idx, qm.LastIndex)
+	}
+}
+
+// Release gives the permit up: it removes the session from .lock's holders
+// (check-and-set, retried on races) and deletes the contender entry. Call
+// it also after the permit was lost. ErrSemaphoreNotHeld if already
+// released.
+func (p *Permit) Release(ctx context.Context) error {
+	p.mu.Lock()
+	if p.released {
+		p.mu.Unlock()
+		return ErrSemaphoreNotHeld
+	}
+	p.released = true
+	p.mu.Unlock()
+	p.stop()
+	<-p.monitor
+	p.markLost(ErrReleased)
+
+	sem := p.sem
+	defer func() {
+		sem.mu.Lock()
+		if sem.permit == p {
+			sem.permit = nil
+		}
+		sem.mu.Unlock()
+	}()
+	for {
+		pair, _, err := sem.kv.Get(ctx, sem.lockKey(), nil)
+		if err != nil {
+			return err
+		}
+		if pair == nil || pair.Value == nil {
+			break
+		}
+		lk := &semaphoreLock{}
+		if err := json.Unmarshal(pair.Value, lk); err != nil {
+			return fmt.Errorf("lock decoding failed: %w", err)
+		}
+		if !lk.Holders[p.seq.Session] {
+			break
+		}
+		delete(lk.Holders, p.seq.Session)
+		enc, err := json.Marshal(lk)
+		if err != nil {
+			return err
+		}
+		ok, _, err := sem.kv.CAS(ctx, &api.KVPair{
+			Key: sem.lockKey(), Value: enc, Flags: SemaphoreFlagValue, ModifyIndex: pair.ModifyIndex,
+		}, nil)
+		if err != nil {
+			return fmt.Errorf("failed to update lock: %w", err)
+		}
+		if ok {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	if _, err := sem.kv.Delete(ctx, sem.prefix+"/"+p.seq.Session, nil); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Destroy deletes the .lock key if the semaphore has no live holder, as
+// Consul's Semaphore.Destroy does; ErrSemaphoreInUse if it has. It is
+// optional tidying. ErrSemaphoreHeld if this Semaphore holds a permit.
+func (sem *Semaphore) Destroy(ctx context.Context) error {
+	sem.mu.Lock()
+	held := sem.permit != nil
+	sem.mu.Unlock()
+	if held {
+		return ErrSemaphoreHeld
+	}
+	lockPair, lk, _, _, err := sem.state(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if lockPair.ModifyIndex == 0 {
+		return nil
+	}
+	if len(lk.Holders) > 0 {
+		return ErrSemaphoreInUse
+	}
+	ok, _, err := sem.kv.DeleteCAS(ctx, lockPair, nil)
+	if err != nil {
+		return fmt.Errorf("failed to remove semaphore: %w", err)
+	}
+	if !ok {
+		return ErrSemaphoreInUse
+	}
+	return nil
+}
