@@ -191,15 +191,6 @@ func (kt *keeperTest) expectEvent(st State, err error) Event {
 	}
 }
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // cutProxy forwards to a server until cut: then it answers 500 (mode
 // "fail") or holds requests until they are abandoned (mode "hang").
 type cutProxy struct {
