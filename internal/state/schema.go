@@ -1,6 +1,10 @@
 package state
 
-import "github.com/hashicorp/go-memdb"
+import (
+	"fmt"
+
+	"github.com/hashicorp/go-memdb"
+)
 
 // Table names; also the keys of the per-table index in tableIndex.
 const (
@@ -9,7 +13,6 @@ const (
 	tabTombstones = "tombstones"
 	tabDelays     = "lock_delays"
 	tabSessions   = "sessions"
-	tabSessChecks = "session_checks"
 	tabNodes      = "nodes"
 	tabServices   = "services"
 	tabChecks     = "checks"
@@ -36,11 +39,51 @@ type lockDelay struct {
 	Until int64 // unix nanoseconds, from the leader-stamped command time
 }
 
-// sessionCheck binds a session to one check on its node.
-type sessionCheck struct {
-	Node    string
-	CheckID string
-	Session string
+// sessionCheckIndex indexes a session under each check it is bound to
+// ("node\x00checkID\x00"), so a check that goes critical finds its sessions
+// without a table of bindings: one index entry per binding instead of three.
+type sessionCheckIndex struct{}
+
+func checkKey(node, check string) []byte {
+	b := make([]byte, 0, len(node)+len(check)+2)
+	b = append(b, node...)
+	b = append(b, 0)
+	b = append(b, check...)
+	return append(b, 0)
+}
+
+// FromObject implements memdb.MultiIndexer.
+func (sessionCheckIndex) FromObject(raw interface{}) (bool, [][]byte, error) {
+	s, ok := raw.(*Session)
+	if !ok {
+		return false, nil, fmt.Errorf("state: check index on %T", raw)
+	}
+	ids := s.CheckIDs()
+	if len(ids) == 0 {
+		return false, nil, nil
+	}
+	vals := make([][]byte, 0, len(ids))
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if !seen[id] { // a check named twice is one binding
+			seen[id] = true
+			vals = append(vals, checkKey(s.Node, id))
+		}
+	}
+	return true, vals, nil
+}
+
+// FromArgs implements memdb.Indexer: (node, checkID).
+func (sessionCheckIndex) FromArgs(args ...interface{}) ([]byte, error) {
+	if len(args) != 2 {
+		return nil, fmt.Errorf("state: check index wants node and check ID, got %d args", len(args))
+	}
+	node, ok1 := args[0].(string)
+	check, ok2 := args[1].(string)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("state: check index wants strings")
+	}
+	return checkKey(node, check), nil
 }
 
 func str(field string) memdb.Indexer { return &memdb.StringFieldIndex{Field: field} }
@@ -74,10 +117,7 @@ func schema() *memdb.DBSchema {
 		t(tabKVs, idIndex(str("Key")), optIndex("session", str("Session"))),
 		t(tabTombstones, idIndex(str("Key"))),
 		t(tabDelays, idIndex(str("Key"))),
-		t(tabSessions, idIndex(str("ID")), optIndex("node", str("Node"))),
-		t(tabSessChecks, idIndex(compound("Node", "CheckID", "Session")),
-			optIndex("node_check", compound("Node", "CheckID")),
-			optIndex("session", str("Session"))),
+		t(tabSessions, idIndex(str("ID")), optIndex("node", str("Node")), optIndex("check", sessionCheckIndex{})),
 		t(tabNodes, idIndex(str("Node"))),
 		t(tabServices, idIndex(compound("Node", "ID")),
 			optIndex("node", str("Node")),

@@ -43,9 +43,6 @@ func (tx *wtx) sessionCreate(in *Session) error {
 		}
 	}
 	must(tx.Insert(tabSessions, &sess))
-	for _, id := range sess.CheckIDs() {
-		must(tx.Insert(tabSessChecks, &sessionCheck{Node: sess.Node, CheckID: id, Session: sess.ID}))
-	}
 	tx.bump(tabSessions)
 	return nil
 }
@@ -67,8 +64,6 @@ func (tx *wtx) invalidate(id string) {
 	}
 	sess := raw.(*Session)
 	must(tx.Delete(tabSessions, sess))
-	_, err = tx.DeleteAll(tabSessChecks, "session", id)
-	must(err)
 	tx.bump(tabSessions)
 
 	it, err := tx.Get(tabKVs, "session", id)
@@ -107,11 +102,11 @@ func (tx *wtx) invalidate(id string) {
 
 // invalidateCheck invalidates every session bound to check (node, checkID).
 func (tx *wtx) invalidateCheck(node, checkID string) {
-	it, err := tx.Get(tabSessChecks, "node_check", node, checkID)
+	it, err := tx.Get(tabSessions, "check", node, checkID)
 	must(err)
 	var ids []string
 	for r := it.Next(); r != nil; r = it.Next() {
-		ids = append(ids, r.(*sessionCheck).Session)
+		ids = append(ids, r.(*Session).ID)
 	}
 	for _, id := range ids {
 		tx.invalidate(id)

@@ -309,3 +309,24 @@ func TestQuerySession(t *testing.T) {
 		t.Fatalf("second delete: %v", err)
 	}
 }
+
+// A session that names the same check twice is one binding: it is created,
+// invalidated by that check, and leaves nothing behind.
+func TestSessionWithDuplicateCheck(t *testing.T) {
+	s := state.New()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := s.Register(1, t0, &state.RegisterRequest{Node: "n1", Address: "127.0.0.1",
+		Check: &state.HealthCheck{CheckID: "c", Status: state.HealthPassing}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SessionCreate(2, &state.Session{ID: "s", Node: "n1", NodeChecks: []string{"c", "c"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Register(3, t0, &state.RegisterRequest{Node: "n1", Address: "127.0.0.1",
+		Check: &state.HealthCheck{CheckID: "c", Status: state.HealthCritical}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, sess := s.SessionGet(nil, "s"); sess != nil {
+		t.Fatal("session bound twice to a critical check survived")
+	}
+}

@@ -29,7 +29,7 @@ type record struct {
 
 // dumped lists the tables a snapshot carries, in restore order (nodes
 // before the checks and sessions that refer to them).
-var dumped = []string{tabIndex, tabNodes, tabServices, tabChecks, tabSessions, tabSessChecks,
+var dumped = []string{tabIndex, tabNodes, tabServices, tabChecks, tabSessions,
 	tabKVs, tabTombstones, tabDelays, tabQueries}
 
 // Persist writes the snapshot as a stream of JSON records.
@@ -69,8 +69,6 @@ func newObj(table string) (interface{}, error) {
 		return &HealthCheck{}, nil
 	case tabSessions:
 		return &Session{}, nil
-	case tabSessChecks:
-		return &sessionCheck{}, nil
 	case tabKVs:
 		return &DirEntry{}, nil
 	case tabTombstones:
