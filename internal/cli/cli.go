@@ -59,6 +59,7 @@ type command struct {
 var commands = map[string]command{
 	"agent":   {"Run a holdfast agent (server)", runAgent},
 	"kv":      {"Interact with the key/value store", runKV},
+	"lock":    {"Execute a command holding a lock", runLock},
 	"members": {"List the agents of the gossip pool and their status", runMembers},
 	"session": {"Create, inspect, renew and destroy sessions", runSession},
 }
