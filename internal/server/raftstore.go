@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
-	"github.com/coreos/etcd/pkg/fileutil"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
@@ -202,10 +202,17 @@ func syncDir(d string) error {
 // same directory would block in wal.Open forever rather than fail. On Linux
 // this is an open-file-description lock, so a second open from this same
 // process is refused as well.
-func lockDir(raftDir string) (*fileutil.LockedFile, error) {
+func lockDir(raftDir string) (*os.File, error) {
 	path := filepath.Join(raftDir, raftLockName)
-	lock, err := fileutil.TryLockFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if errors.Is(err, fileutil.ErrLocked) {
+	lock, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("server: lock raft storage: %w", err)
+	}
+	// flock is per open file description: a second open in this process is
+	// refused as well as one in another process.
+	err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		lock.Close()
 		holder := ""
 		if b, rerr := os.ReadFile(path); rerr == nil {
 			if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil {
@@ -215,6 +222,7 @@ func lockDir(raftDir string) (*fileutil.LockedFile, error) {
 		return nil, fmt.Errorf("server: raft storage %s is already in use%s (lock file %s is held)", raftDir, holder, path)
 	}
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("server: lock raft storage: %w", err)
 	}
 	// The pid is only a hint for humans; failing to record it is not fatal.
