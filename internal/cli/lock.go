@@ -148,7 +148,10 @@ func (c *lockCmd) run(ctx context.Context, stdio Stdio, args []string) error {
 		TTL:      *ttl,
 		Deadline: recipe.SafeDeadline(recipe.DefaultDriftMargin(*ttl) + grace),
 		Policy:   recipe.LoseOnLost,
-		Clock:    c.clk,
+		// Give up on an unanswered renew after a tenth of the TTL rather
+		// than a fifth: the grace period shortens the time left to retry.
+		RenewTimeout: *ttl / 10,
+		Clock:        c.clk,
 	})
 	if err != nil {
 		return fail(stdio, fmt.Sprintf("Lock setup failed: %s", err))
