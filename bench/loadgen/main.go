@@ -14,12 +14,12 @@ import (
 	"math/rand"
 	"net/http/httptrace"
 	"os"
-	"os/signal"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/holdfast/holdfast/bench/loadkit"
 )
 
 func main() {
@@ -29,103 +29,75 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cfg config
-	cfg.register(fs, 100_000)
-	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8500", "server HTTP address (host:port or URL)")
-	fs.StringVar(&cfg.target, "name", "holdfast", "target name printed in the result")
+	var cfg loadkit.Config
+	cfg.Register(fs, 100_000)
+	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:8500", "server HTTP address (host:port or URL)")
+	fs.StringVar(&cfg.Target, "name", "holdfast", "target name printed in the result")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if err := cfg.check(); err != nil {
+	if err := cfg.Check(); err != nil {
 		fmt.Fprintln(stderr, "loadgen:", err)
 		return 2
 	}
-	startWatchdog("loadgen", cfg.watchdogLimit())
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	el := &errLog{w: stderr}
-	if cfg.quiet {
-		el.w = nil
-	}
-	r, err := runWorkload(ctx, &cfg, el)
-	if r != nil {
-		fmt.Fprintln(stdout, r.Line())
-		if cfg.jsonOut {
-			fmt.Fprintln(stdout, r.JSON())
-		}
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "loadgen:", err)
-		return 1
-	}
-	if r.Ops == 0 {
-		fmt.Fprintln(stderr, "loadgen: no operation succeeded")
-		return 1
-	}
-	return 0
+	return loadkit.Run("loadgen", &cfg, stdout, stderr,
+		func(ctx context.Context, el *loadkit.ErrLog, pw *loadkit.ProcWatch) (*loadkit.Result, error) {
+			return runWorkload(ctx, &cfg, el, pw)
+		})
 }
 
 // bench carries what every workload needs.
 type bench struct {
-	cfg *config
+	cfg *loadkit.Config
 	c   *consul
-	el  *errLog
-	pw  *procWatch
+	el  *loadkit.ErrLog
+	pw  *loadkit.ProcWatch
 	pfx string // unique key prefix of this run, no trailing slash
 }
 
-func runWorkload(ctx context.Context, cfg *config, el *errLog) (*Result, error) {
-	conns := cfg.clients
-	if cfg.workload == wWatchWake {
-		conns = cfg.watchers + 1
+func runWorkload(ctx context.Context, cfg *loadkit.Config, el *loadkit.ErrLog, pw *loadkit.ProcWatch) (*loadkit.Result, error) {
+	conns := cfg.Clients
+	if cfg.Workload == loadkit.WorkloadWatchWake {
+		conns = cfg.Watchers + 1
 	}
 	b := &bench{
 		cfg: cfg,
-		c:   newConsul(cfg.addr, conns, cfg.timeout),
+		c:   newConsul(cfg.Addr, conns, cfg.Timeout),
 		el:  el,
-		pfx: cfg.prefix + "/" + runID(),
+		pw:  pw,
+		pfx: cfg.Prefix + "/" + loadkit.RunID(),
 	}
 	defer b.c.close()
-	b.pw = newProcWatch(cfg.pid, el)
-	var r *Result
-	var err error
-	switch cfg.workload {
-	case wSessionChurn:
-		r, err = b.sessionChurn(ctx)
-	case wLockOwn:
-		r, err = b.lockOwn(ctx)
-	case wLockContend:
-		r, err = b.lockContend(ctx)
-	case wPut:
-		r, err = b.put(ctx)
-	case wGet:
-		r, err = b.getConsistent(ctx)
-	case wWatchWake:
-		r, err = b.watchWake(ctx)
-	case wKeepalive:
-		r, err = b.sessionsKeepalive(ctx)
-	case wPing:
-		r, err = b.ping(ctx)
+	switch cfg.Workload {
+	case loadkit.WorkloadSessionChurn:
+		return b.sessionChurn(ctx)
+	case loadkit.WorkloadLockOwn:
+		return b.lockOwn(ctx)
+	case loadkit.WorkloadLockContend:
+		return b.lockContend(ctx)
+	case loadkit.WorkloadPut:
+		return b.put(ctx)
+	case loadkit.WorkloadGetConsistent:
+		return b.getConsistent(ctx)
+	case loadkit.WorkloadWatchWake:
+		return b.watchWake(ctx)
+	case loadkit.WorkloadSessionsKeepalive:
+		return b.sessionsKeepalive(ctx)
+	case loadkit.WorkloadPing:
+		return b.ping(ctx)
 	}
-	if r != nil {
-		r.Target = cfg.target
-		r.Workload = cfg.workload
-		r.Errors = el.count()
-		b.pw.finish(r)
-	}
-	return r, err
+	return nil, fmt.Errorf("unknown workload %q", cfg.Workload)
 }
 
-func (b *bench) result(clients int, ops int64, lat *Hist, elapsed time.Duration, unit, latName string) *Result {
-	return &Result{Clients: clients, Ops: ops, Lat: lat, Elapsed: elapsed, Unit: unit, LatName: latName}
+func (b *bench) result(clients int, ops int64, lat *loadkit.Hist, elapsed time.Duration, unit, latName string) *loadkit.Result {
+	return &loadkit.Result{Clients: clients, Ops: ops, Lat: lat, Elapsed: elapsed, Unit: unit, LatName: latName}
 }
 
 // ---- session-churn: create + destroy one session per op.
 
-func (b *bench) sessionChurn(ctx context.Context) (*Result, error) {
-	b.pw.measureStart()
-	ops, lat, el := loop(ctx, b.cfg.clients, b.cfg.duration, b.cfg.maxOps, b.el, "session churn",
+func (b *bench) sessionChurn(ctx context.Context) (*loadkit.Result, error) {
+	b.pw.MeasureStart()
+	ops, lat, el := loadkit.Loop(ctx, b.cfg.Clients, b.cfg.Duration, b.cfg.MaxOps, b.el, "session churn",
 		func(ctx context.Context, _ int) error {
 			id, err := b.c.createSession(ctx, 10*time.Second)
 			if err != nil {
@@ -133,7 +105,7 @@ func (b *bench) sessionChurn(ctx context.Context) (*Result, error) {
 			}
 			return b.c.destroySession(ctx, id)
 		})
-	return b.result(b.cfg.clients, ops, lat, el, "ops", "op"), nil
+	return b.result(b.cfg.Clients, ops, lat, el, "ops", "op"), nil
 }
 
 // ---- sessions held by lock workloads: one per client, renewed in the
@@ -168,7 +140,7 @@ func (b *bench) holdSessions(ctx context.Context, n int) (*heldSessions, error) 
 			case <-t.C:
 				for _, id := range h.ids {
 					if _, err := b.c.renewSession(rctx, id); err != nil && rctx.Err() == nil {
-						b.el.add("renew lock session", err)
+						b.el.Add("renew lock session", err)
 					}
 				}
 			}
@@ -183,25 +155,25 @@ func (b *bench) holdSessions(ctx context.Context, n int) (*heldSessions, error) 
 }
 
 func (b *bench) destroyAll(ids []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.setupTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.SetupTimeout)
 	defer cancel()
 	for _, id := range ids {
 		if err := b.c.destroySession(ctx, id); err != nil {
-			b.el.add("destroy session", err)
+			b.el.Add("destroy session", err)
 		}
 	}
 }
 
 // ---- lock-own: acquire + release on a key of one's own.
 
-func (b *bench) lockOwn(ctx context.Context) (*Result, error) {
-	hs, err := b.holdSessions(ctx, b.cfg.clients)
+func (b *bench) lockOwn(ctx context.Context) (*loadkit.Result, error) {
+	hs, err := b.holdSessions(ctx, b.cfg.Clients)
 	if err != nil {
 		return nil, err
 	}
 	defer hs.stop()
-	b.pw.measureStart()
-	ops, lat, el := loop(ctx, b.cfg.clients, b.cfg.duration, b.cfg.maxOps, b.el, "lock cycle",
+	b.pw.MeasureStart()
+	ops, lat, el := loadkit.Loop(ctx, b.cfg.Clients, b.cfg.Duration, b.cfg.MaxOps, b.el, "lock cycle",
 		func(ctx context.Context, c int) error {
 			key := fmt.Sprintf("%s/own/%d", b.pfx, c)
 			ok, err := b.c.acquire(ctx, key, hs.ids[c])
@@ -217,13 +189,13 @@ func (b *bench) lockOwn(ctx context.Context) (*Result, error) {
 			}
 			return err
 		})
-	return b.result(b.cfg.clients, ops, lat, el, "cycles", "cycle"), nil
+	return b.result(b.cfg.Clients, ops, lat, el, "cycles", "cycle"), nil
 }
 
 // ---- lock-contend: every client wants one key.
 
-func (b *bench) lockContend(ctx context.Context) (*Result, error) {
-	n := b.cfg.clients
+func (b *bench) lockContend(ctx context.Context) (*loadkit.Result, error) {
+	n := b.cfg.Clients
 	hs, err := b.holdSessions(ctx, n)
 	if err != nil {
 		return nil, err
@@ -231,12 +203,12 @@ func (b *bench) lockContend(ctx context.Context) (*Result, error) {
 	defer hs.stop()
 	key := b.pfx + "/contend"
 	const wait = 5 * time.Second
-	ho := &handoffs{measure: true}
+	ho := loadkit.NewHandoffs()
 	var failedAcq, budget atomic.Int64
-	budget.Store(b.cfg.maxOps)
-	rctx, cancel := context.WithTimeout(ctx, b.cfg.duration)
+	budget.Store(b.cfg.MaxOps)
+	rctx, cancel := context.WithTimeout(ctx, b.cfg.Duration)
 	defer cancel()
-	b.pw.measureStart()
+	b.pw.MeasureStart()
 	t0 := time.Now()
 	var wg sync.WaitGroup
 	for c := 0; c < n; c++ {
@@ -248,24 +220,24 @@ func (b *bench) lockContend(ctx context.Context) (*Result, error) {
 				ok, err := b.c.acquire(rctx, key, sid)
 				if err != nil {
 					if rctx.Err() == nil {
-						b.el.add("acquire", err)
-						sleepCtx(rctx, errBackoff)
+						b.el.Add("acquire", err)
+						loadkit.SleepCtx(rctx, loadkit.ErrBackoff)
 					}
 					continue
 				}
 				if ok {
-					g := ho.acquired(c, time.Now())
+					g := ho.Acquired(c, time.Now())
 					ok, err := b.c.release(rctx, key, sid)
 					at := time.Now()
 					switch {
 					case err != nil:
 						if rctx.Err() == nil {
-							b.el.add("release", err)
+							b.el.Add("release", err)
 						}
 					case !ok:
-						b.el.add("release", errors.New("release of a held lock answered false"))
+						b.el.Add("release", errors.New("release of a held lock answered false"))
 					default:
-						ho.released(c, g, at)
+						ho.Released(c, g, at)
 					}
 					continue
 				}
@@ -276,8 +248,8 @@ func (b *bench) lockContend(ctx context.Context) (*Result, error) {
 					e, err := b.c.get(rctx, key, false, idx, wait)
 					if err != nil {
 						if rctx.Err() == nil {
-							b.el.add("blocking get", err)
-							sleepCtx(rctx, errBackoff)
+							b.el.Add("blocking get", err)
+							loadkit.SleepCtx(rctx, loadkit.ErrBackoff)
 						}
 						break
 					}
@@ -298,57 +270,39 @@ func (b *bench) lockContend(ctx context.Context) (*Result, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(t0)
-	if elapsed > b.cfg.duration {
-		elapsed = b.cfg.duration
+	if elapsed > b.cfg.Duration {
+		elapsed = b.cfg.Duration
 	}
-	ho.mu.Lock()
-	defer ho.mu.Unlock()
-	r := b.result(n, ho.handoffs, &ho.gap, elapsed, "handoffs", "gap")
-	r.Int("acquires", ho.acquires)
-	r.Float("acquires_per_s", float64(ho.acquires)/elapsed.Seconds(), 1)
-	r.Int("reacquires", ho.reacquires)
-	r.Int("acquire_false", failedAcq.Load())
-	r.Int("gap_early", ho.early)
-	return r, nil
+	return ho.Result(n, elapsed, failedAcq.Load()), nil
 }
 
 // ---- put: PUT to random keys.
 
-func (b *bench) value(rnd *rand.Rand) []byte {
-	const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
-	v := make([]byte, b.cfg.valueSize)
-	for i := range v {
-		v[i] = letters[rnd.Intn(len(letters))]
-	}
-	return v
-}
+func (b *bench) value(rnd *rand.Rand) []byte { return loadkit.RandValue(rnd, b.cfg.ValueSize) }
 
-func (b *bench) put(ctx context.Context) (*Result, error) {
-	rnds := make([]*rand.Rand, b.cfg.clients)
-	for i := range rnds {
-		rnds[i] = rand.New(rand.NewSource(time.Now().UnixNano() + int64(i)))
-	}
-	b.pw.measureStart()
-	ops, lat, el := loop(ctx, b.cfg.clients, b.cfg.duration, b.cfg.maxOps, b.el, "put",
+func (b *bench) put(ctx context.Context) (*loadkit.Result, error) {
+	rnds := loadkit.NewRands(b.cfg.Clients)
+	b.pw.MeasureStart()
+	ops, lat, el := loadkit.Loop(ctx, b.cfg.Clients, b.cfg.Duration, b.cfg.MaxOps, b.el, "put",
 		func(ctx context.Context, c int) error {
 			rnd := rnds[c]
-			key := b.pfx + "/put/" + strconv.Itoa(rnd.Intn(b.cfg.keys))
+			key := b.pfx + "/put/" + strconv.Itoa(rnd.Intn(b.cfg.Keys))
 			return b.c.put(ctx, key, b.value(rnd))
 		})
-	return b.result(b.cfg.clients, ops, lat, el, "ops", "op"), nil
+	return b.result(b.cfg.Clients, ops, lat, el, "ops", "op"), nil
 }
 
 // ---- get-consistent: linearizable reads of keys written beforehand.
 
 // writeKeys writes keys prefix/0..n-1 with bounded concurrency.
 func (b *bench) writeKeys(ctx context.Context, prefix string, n int) error {
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.setupTimeout)
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.SetupTimeout)
 	defer cancel()
 	var next atomic.Int64
 	var firstErr error
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for w := 0; w < b.cfg.clients; w++ {
+	for w := 0; w < b.cfg.Clients; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
@@ -377,26 +331,23 @@ func (b *bench) writeKeys(ctx context.Context, prefix string, n int) error {
 	return ctx.Err()
 }
 
-func (b *bench) getConsistent(ctx context.Context) (*Result, error) {
+func (b *bench) getConsistent(ctx context.Context) (*loadkit.Result, error) {
 	prefix := b.pfx + "/get/"
-	if err := b.writeKeys(ctx, prefix, b.cfg.keys); err != nil {
+	if err := b.writeKeys(ctx, prefix, b.cfg.Keys); err != nil {
 		return nil, err
 	}
-	rnds := make([]*rand.Rand, b.cfg.clients)
-	for i := range rnds {
-		rnds[i] = rand.New(rand.NewSource(time.Now().UnixNano() + int64(i)))
-	}
-	b.pw.measureStart()
-	ops, lat, el := loop(ctx, b.cfg.clients, b.cfg.duration, b.cfg.maxOps, b.el, "get",
+	rnds := loadkit.NewRands(b.cfg.Clients)
+	b.pw.MeasureStart()
+	ops, lat, el := loadkit.Loop(ctx, b.cfg.Clients, b.cfg.Duration, b.cfg.MaxOps, b.el, "get",
 		func(ctx context.Context, c int) error {
-			key := prefix + strconv.Itoa(rnds[c].Intn(b.cfg.keys))
+			key := prefix + strconv.Itoa(rnds[c].Intn(b.cfg.Keys))
 			e, err := b.c.get(ctx, key, true, 0, 0)
 			if err == nil && !e.found {
 				err = fmt.Errorf("GET %s: written key not found", key)
 			}
 			return err
 		})
-	return b.result(b.cfg.clients, ops, lat, el, "ops", "op"), nil
+	return b.result(b.cfg.Clients, ops, lat, el, "ops", "op"), nil
 }
 
 // ---- watch-wake: K blocking queries on one key, one PUT, time to each wake.
@@ -407,8 +358,8 @@ type wakeRound struct {
 	done  sync.WaitGroup
 }
 
-func (b *bench) watchWake(ctx context.Context) (*Result, error) {
-	k := b.cfg.watchers
+func (b *bench) watchWake(ctx context.Context) (*loadkit.Result, error) {
+	k := b.cfg.Watchers
 	key := b.pfx + "/watch"
 	if err := b.c.put(ctx, key, []byte("0")); err != nil {
 		return nil, fmt.Errorf("writing the watched key: %w", err)
@@ -419,7 +370,7 @@ func (b *bench) watchWake(ctx context.Context) (*Result, error) {
 	}
 	const wait = 10 * time.Second
 	const settle = time.Millisecond // lets the server park the queries it has read
-	hists := make([]Hist, k)
+	hists := make([]loadkit.Hist, k)
 	var missed atomic.Int64
 	starts := make([]chan *wakeRound, k)
 	var wg sync.WaitGroup
@@ -434,13 +385,13 @@ func (b *bench) watchWake(ctx context.Context) (*Result, error) {
 				tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 					WroteRequest: func(httptrace.WroteRequestInfo) { armed() },
 				})
-				rctx, cancel := context.WithTimeout(tctx, b.cfg.timeout+wait)
+				rctx, cancel := context.WithTimeout(tctx, b.cfg.Timeout+wait)
 				woke := false
 				for !woke && rctx.Err() == nil {
 					r, err := b.c.get(rctx, key, false, idx, wait)
 					if err != nil {
 						if rctx.Err() == nil {
-							b.el.add("watch", err)
+							b.el.Add("watch", err)
 						}
 						break
 					}
@@ -464,11 +415,11 @@ func (b *bench) watchWake(ctx context.Context) (*Result, error) {
 		}(w)
 	}
 
-	b.pw.measureStart()
+	b.pw.MeasureStart()
 	t0 := time.Now()
-	end := t0.Add(b.cfg.duration)
+	end := t0.Add(b.cfg.Duration)
 	var rounds int64
-	for time.Now().Before(end) && ctx.Err() == nil && rounds*int64(k) < b.cfg.maxOps {
+	for time.Now().Before(end) && ctx.Err() == nil && rounds*int64(k) < b.cfg.MaxOps {
 		rd := &wakeRound{}
 		rd.armed.Add(k)
 		rd.done.Add(k)
@@ -480,7 +431,7 @@ func (b *bench) watchWake(ctx context.Context) (*Result, error) {
 		rd.t0.Store(time.Now().UnixNano())
 		rounds++
 		if err := b.c.put(ctx, key, []byte(strconv.FormatInt(rounds, 10))); err != nil {
-			b.el.add("watched put", err)
+			b.el.Add("watched put", err)
 		}
 		rd.done.Wait()
 	}
@@ -489,46 +440,37 @@ func (b *bench) watchWake(ctx context.Context) (*Result, error) {
 		close(ch)
 	}
 	wg.Wait()
-	lat := &Hist{}
-	for i := range hists {
-		lat.Merge(&hists[i])
-	}
-	r := b.result(k, int64(lat.Count()), lat, elapsed, "wakes", "wake")
-	r.Int("rounds", rounds)
-	r.Int("missed", missed.Load())
-	return r, nil
+	return loadkit.WakeResult(k, hists, rounds, missed.Load(), elapsed), nil
 }
 
 // ---- sessions-keepalive: many TTL sessions, each renewed every TTL/2.
 
-func (b *bench) sessionsKeepalive(ctx context.Context) (*Result, error) {
-	k := &keeper{
-		cfg:      b.cfg,
-		el:       b.el,
-		workers:  b.cfg.clients,
-		interval: b.cfg.sessionTTL / 2,
-		create: func(ctx context.Context, _ int) (string, error) {
-			return b.c.createSession(ctx, b.cfg.sessionTTL)
+func (b *bench) sessionsKeepalive(ctx context.Context) (*loadkit.Result, error) {
+	k := &loadkit.Keeper{
+		Cfg: b.cfg,
+		El:  b.el,
+		Create: func(ctx context.Context, _ int) (string, error) {
+			return b.c.createSession(ctx, b.cfg.SessionTTL)
 		},
-		renew: func(ctx context.Context, _ int, id string) (bool, error) {
+		Renew: func(ctx context.Context, _ int, id string) (bool, error) {
 			return b.c.renewSession(ctx, id)
 		},
-		destroy: func(ctx context.Context, _ int, id string) error {
+		Destroy: func(ctx context.Context, _ int, id string) error {
 			return b.c.destroySession(ctx, id)
 		},
-		onMeasure: b.pw.measureStart,
+		OnMeasure: b.pw.MeasureStart,
 	}
-	st, err := k.run(ctx)
-	return keepaliveResult(b.cfg, st), err
+	st, err := k.Run(ctx)
+	return loadkit.KeepaliveResult(b.cfg, st), err
 }
 
 // ---- ping: is the server up and serving writes and linearizable reads?
 
-func (b *bench) ping(ctx context.Context) (*Result, error) {
-	key := b.cfg.prefix + "/ping"
-	b.pw.measureStart()
+func (b *bench) ping(ctx context.Context) (*loadkit.Result, error) {
+	key := b.cfg.Prefix + "/ping"
+	b.pw.MeasureStart()
 	t0 := time.Now()
-	end := t0.Add(b.cfg.duration)
+	end := t0.Add(b.cfg.Duration)
 	var last error
 	for tries := 0; time.Now().Before(end) && ctx.Err() == nil && tries < 100000; tries++ {
 		s := time.Now()
@@ -537,12 +479,12 @@ func (b *bench) ping(ctx context.Context) (*Result, error) {
 			_, err = b.c.get(ctx, key, true, 0, 0)
 		}
 		if err == nil {
-			lat := &Hist{}
+			lat := &loadkit.Hist{}
 			lat.Record(time.Since(s))
 			return b.result(1, 1, lat, time.Since(t0), "ops", "op"), nil
 		}
 		last = err
-		sleepCtx(ctx, 100*time.Millisecond)
+		loadkit.SleepCtx(ctx, 100*time.Millisecond)
 	}
-	return b.result(1, 0, &Hist{}, time.Since(t0), "ops", "op"), fmt.Errorf("not ready: %v", last)
+	return b.result(1, 0, &loadkit.Hist{}, time.Since(t0), "ops", "op"), fmt.Errorf("not ready: %v", last)
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/holdfast/holdfast/bench/loadkit"
 )
 
 // runFake runs the command line against a fresh fake server and returns
@@ -45,13 +47,13 @@ func TestWorkloadsAgainstFake(t *testing.T) {
 		unit     string
 		extra    []string
 	}{
-		{wSessionChurn, "ops", nil},
-		{wLockOwn, "cycles", nil},
-		{wLockContend, "handoffs", []string{"-clients", "4"}},
-		{wPut, "ops", []string{"-keys", "50"}},
-		{wGet, "ops", []string{"-keys", "50"}},
-		{wWatchWake, "wakes", []string{"-watchers", "3"}},
-		{wPing, "ops", nil},
+		{loadkit.WorkloadSessionChurn, "ops", nil},
+		{loadkit.WorkloadLockOwn, "cycles", nil},
+		{loadkit.WorkloadLockContend, "handoffs", []string{"-clients", "4"}},
+		{loadkit.WorkloadPut, "ops", []string{"-keys", "50"}},
+		{loadkit.WorkloadGetConsistent, "ops", []string{"-keys", "50"}},
+		{loadkit.WorkloadWatchWake, "wakes", []string{"-watchers", "3"}},
+		{loadkit.WorkloadPing, "ops", nil},
 	}
 	for _, c := range cases {
 		t.Run(c.workload, func(t *testing.T) {
@@ -71,11 +73,11 @@ func TestWorkloadsAgainstFake(t *testing.T) {
 				t.Fatalf("-pid given but no cpu_pct: %v", m)
 			}
 			switch c.workload {
-			case wLockContend:
+			case loadkit.WorkloadLockContend:
 				if num(t, m, "acquires") < num(t, m, "ops") {
 					t.Fatalf("fewer acquires than hand-offs: %v", m)
 				}
-			case wWatchWake:
+			case loadkit.WorkloadWatchWake:
 				if num(t, m, "ops") != 3*num(t, m, "rounds") || num(t, m, "missed") != 0 {
 					t.Fatalf("every watcher must wake every round: %v", m)
 				}
@@ -93,7 +95,7 @@ func TestWorkloadsAgainstFake(t *testing.T) {
 func TestSessionsKeepaliveAgainstFake(t *testing.T) {
 	f, addr := newFakeConsul(t)
 	// TTL 2s: every session is renewed once a second, first within a second.
-	m := runFake(t, f, addr, "-workload", wKeepalive, "-sessions", "300", "-clients", "4",
+	m := runFake(t, f, addr, "-workload", loadkit.WorkloadSessionsKeepalive, "-sessions", "300", "-clients", "4",
 		"-session-ttl", "2s", "-duration", "1500ms", "-pid", strconv.Itoa(os.Getpid()))
 	if num(t, m, "created") != 300 || num(t, m, "expired") != 0 || num(t, m, "errors") != 0 {
 		t.Fatalf("result %v", m)
@@ -118,7 +120,7 @@ func TestSessionsKeepaliveCountsExpired(t *testing.T) {
 	f.dropAll = true
 	f.mu.Unlock()
 	var out, errb bytes.Buffer
-	code := run([]string{"-addr", addr, "-workload", wKeepalive, "-sessions", "20", "-clients", "2",
+	code := run([]string{"-addr", addr, "-workload", loadkit.WorkloadSessionsKeepalive, "-sessions", "20", "-clients", "2",
 		"-session-ttl", "2s", "-duration", "1200ms", "-quiet"}, &out, &errb)
 	// Every renewal finds its session gone: nothing renewed, all counted as expired.
 	if code == 0 || !strings.Contains(out.String(), " ops=0 ") || !strings.Contains(out.String(), " expired=20 ") {
@@ -129,7 +131,7 @@ func TestSessionsKeepaliveCountsExpired(t *testing.T) {
 func TestUnreachableServerFails(t *testing.T) {
 	var out, errb bytes.Buffer
 	// A port nothing listens on: every op fails, the run still ends on time.
-	code := run([]string{"-addr", "127.0.0.1:1", "-workload", wPut, "-duration", "200ms", "-clients", "2", "-quiet"}, &out, &errb)
+	code := run([]string{"-addr", "127.0.0.1:1", "-workload", loadkit.WorkloadPut, "-duration", "200ms", "-clients", "2", "-quiet"}, &out, &errb)
 	if code == 0 || !strings.Contains(out.String(), "ops=0 ") {
 		t.Fatalf("exit %d out %q", code, out.String())
 	}

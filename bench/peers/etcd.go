@@ -14,6 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+
+	"github.com/holdfast/holdfast/bench/loadkit"
 )
 
 // etcd mapping of the workloads:
@@ -26,10 +28,7 @@ import (
 // like the HTTP clients of loadgen each have their own keep-alive one.
 
 type etcdBench struct {
-	cfg *config
-	el  *errLog
-	pw  *procWatch
-	pfx string
+	common
 	cli []*clientv3.Client
 }
 
@@ -44,53 +43,53 @@ func newEtcdClient(ctx context.Context, addr string) (*clientv3.Client, error) {
 	})
 }
 
-func runEtcd(ctx context.Context, cfg *config, el *errLog, pw *procWatch) (*Result, error) {
-	b := &etcdBench{cfg: cfg, el: el, pw: pw, pfx: "/" + cfg.prefix + "/" + runID()}
-	n := cfg.clients
-	if cfg.workload == wWatchWake {
-		n = cfg.watchers + 1
+func runEtcd(ctx context.Context, cfg *loadkit.Config, el *loadkit.ErrLog, pw *loadkit.ProcWatch) (*loadkit.Result, error) {
+	b := &etcdBench{common: newCommon(cfg, el, pw)}
+	n := cfg.Clients
+	if cfg.Workload == loadkit.WorkloadWatchWake {
+		n = cfg.Watchers + 1
 	}
 	defer func() {
 		for _, c := range b.cli {
 			c.Close()
 		}
 	}()
-	if cfg.workload == wPing {
+	if cfg.Workload == loadkit.WorkloadPing {
 		return b.ping(ctx)
 	}
 	for i := 0; i < n; i++ {
-		c, err := newEtcdClient(ctx, cfg.addr)
+		c, err := newEtcdClient(ctx, cfg.Addr)
 		if err != nil {
-			return nil, fmt.Errorf("connecting to etcd at %s: %w", cfg.addr, err)
+			return nil, fmt.Errorf("connecting to etcd at %s: %w", cfg.Addr, err)
 		}
 		b.cli = append(b.cli, c)
 	}
-	switch cfg.workload {
-	case wSessionChurn:
+	switch cfg.Workload {
+	case loadkit.WorkloadSessionChurn:
 		return b.sessionChurn(ctx)
-	case wLockOwn:
+	case loadkit.WorkloadLockOwn:
 		return b.locks(ctx, false)
-	case wLockContend:
+	case loadkit.WorkloadLockContend:
 		return b.locks(ctx, true)
-	case wPut:
+	case loadkit.WorkloadPut:
 		return b.put(ctx)
-	case wGet:
+	case loadkit.WorkloadGetConsistent:
 		return b.get(ctx)
-	case wWatchWake:
+	case loadkit.WorkloadWatchWake:
 		return b.watchWake(ctx)
-	case wKeepalive:
+	case loadkit.WorkloadSessionsKeepalive:
 		return b.keepalive(ctx)
 	}
 	return nil, errors.New("unknown workload")
 }
 
 func (b *etcdBench) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, b.cfg.timeout)
+	return context.WithTimeout(ctx, b.cfg.Timeout)
 }
 
-func (b *etcdBench) sessionChurn(ctx context.Context) (*Result, error) {
-	b.pw.measureStart()
-	ops, lat, el := loop(ctx, b.cfg.clients, b.cfg.duration, b.cfg.maxOps, b.el, "lease churn",
+func (b *etcdBench) sessionChurn(ctx context.Context) (*loadkit.Result, error) {
+	b.pw.MeasureStart()
+	ops, lat, el := loadkit.Loop(ctx, b.cfg.Clients, b.cfg.Duration, b.cfg.MaxOps, b.el, "lease churn",
 		func(ctx context.Context, c int) error {
 			rc, cancel := b.reqCtx(ctx)
 			defer cancel()
@@ -101,7 +100,7 @@ func (b *etcdBench) sessionChurn(ctx context.Context) (*Result, error) {
 			_, err = b.cli[c].Revoke(rc, g.ID)
 			return err
 		})
-	return &Result{Clients: b.cfg.clients, Ops: ops, Lat: lat, Elapsed: el, Unit: "ops", LatName: "op"}, nil
+	return &loadkit.Result{Clients: b.cfg.Clients, Ops: ops, Lat: lat, Elapsed: el, Unit: "ops", LatName: "op"}, nil
 }
 
 // sessions makes one concurrency.Session (lease kept alive by the client)
@@ -124,13 +123,13 @@ func (b *etcdBench) sessions(ctx context.Context) ([]*concurrency.Session, func(
 	return ss, closeAll, nil
 }
 
-func (b *etcdBench) locks(ctx context.Context, contend bool) (*Result, error) {
+func (b *etcdBench) locks(ctx context.Context, contend bool) (*loadkit.Result, error) {
 	ss, closeAll, err := b.sessions(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer closeAll()
-	n := b.cfg.clients
+	n := b.cfg.Clients
 	mus := make([]*concurrency.Mutex, n)
 	for c := range mus {
 		key := fmt.Sprintf("%s/own/%d", b.pfx, c)
@@ -140,8 +139,8 @@ func (b *etcdBench) locks(ctx context.Context, contend bool) (*Result, error) {
 		mus[c] = concurrency.NewMutex(ss[c], key)
 	}
 	if !contend {
-		b.pw.measureStart()
-		ops, lat, el := loop(ctx, n, b.cfg.duration, b.cfg.maxOps, b.el, "lock cycle",
+		b.pw.MeasureStart()
+		ops, lat, el := loadkit.Loop(ctx, n, b.cfg.Duration, b.cfg.MaxOps, b.el, "lock cycle",
 			func(ctx context.Context, c int) error {
 				rc, cancel := b.reqCtx(ctx)
 				defer cancel()
@@ -150,9 +149,9 @@ func (b *etcdBench) locks(ctx context.Context, contend bool) (*Result, error) {
 				}
 				return mus[c].Unlock(rc)
 			})
-		return &Result{Clients: n, Ops: ops, Lat: lat, Elapsed: el, Unit: "cycles", LatName: "cycle"}, nil
+		return &loadkit.Result{Clients: n, Ops: ops, Lat: lat, Elapsed: el, Unit: "cycles", LatName: "cycle"}, nil
 	}
-	return contendLoop(ctx, b.cfg, b.el, b.pw, func(ctx context.Context, c int) (func(context.Context) error, error) {
+	return b.contendLoop(ctx, func(ctx context.Context, c int) (func(context.Context) error, error) {
 		if err := mus[c].Lock(ctx); err != nil {
 			return nil, err
 		}
@@ -160,49 +159,39 @@ func (b *etcdBench) locks(ctx context.Context, contend bool) (*Result, error) {
 	})
 }
 
-func (b *etcdBench) put(ctx context.Context) (*Result, error) {
-	rnds := newRands(b.cfg.clients)
-	b.pw.measureStart()
-	ops, lat, el := loop(ctx, b.cfg.clients, b.cfg.duration, b.cfg.maxOps, b.el, "put",
-		func(ctx context.Context, c int) error {
-			rc, cancel := b.reqCtx(ctx)
-			defer cancel()
-			key := b.pfx + "/put/" + strconv.Itoa(rnds[c].Intn(b.cfg.keys))
-			_, err := b.cli[c].Put(rc, key, randValue(rnds[c], b.cfg.valueSize))
-			return err
-		})
-	return &Result{Clients: b.cfg.clients, Ops: ops, Lat: lat, Elapsed: el, Unit: "ops", LatName: "op"}, nil
+func (b *etcdBench) put(ctx context.Context) (*loadkit.Result, error) {
+	return b.keyLoop(ctx, "put", b.pfx+"/put/", func(ctx context.Context, c int, rnd *rand.Rand, key string) error {
+		rc, cancel := b.reqCtx(ctx)
+		defer cancel()
+		_, err := b.cli[c].Put(rc, key, string(loadkit.RandValue(rnd, b.cfg.ValueSize)))
+		return err
+	}), nil
 }
 
-func (b *etcdBench) get(ctx context.Context) (*Result, error) {
+func (b *etcdBench) get(ctx context.Context) (*loadkit.Result, error) {
 	prefix := b.pfx + "/get/"
 	rnd := rand.New(rand.NewSource(1))
-	sctx, cancel := context.WithTimeout(ctx, b.cfg.setupTimeout)
-	for i := 0; i < b.cfg.keys; i++ {
-		if _, err := b.cli[0].Put(sctx, prefix+strconv.Itoa(i), randValue(rnd, b.cfg.valueSize)); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, b.cfg.SetupTimeout)
+	for i := 0; i < b.cfg.Keys; i++ {
+		if _, err := b.cli[0].Put(sctx, prefix+strconv.Itoa(i), string(loadkit.RandValue(rnd, b.cfg.ValueSize))); err != nil {
 			cancel()
 			return nil, fmt.Errorf("writing keys: %w", err)
 		}
 	}
 	cancel()
-	rnds := newRands(b.cfg.clients)
-	b.pw.measureStart()
-	ops, lat, el := loop(ctx, b.cfg.clients, b.cfg.duration, b.cfg.maxOps, b.el, "get",
-		func(ctx context.Context, c int) error {
-			rc, cancel := b.reqCtx(ctx)
-			defer cancel()
-			key := prefix + strconv.Itoa(rnds[c].Intn(b.cfg.keys))
-			r, err := b.cli[c].Get(rc, key)
-			if err == nil && len(r.Kvs) != 1 {
-				err = fmt.Errorf("get %s: written key not found", key)
-			}
-			return err
-		})
-	return &Result{Clients: b.cfg.clients, Ops: ops, Lat: lat, Elapsed: el, Unit: "ops", LatName: "op"}, nil
+	return b.keyLoop(ctx, "get", prefix, func(ctx context.Context, c int, _ *rand.Rand, key string) error {
+		rc, cancel := b.reqCtx(ctx)
+		defer cancel()
+		r, err := b.cli[c].Get(rc, key)
+		if err == nil && len(r.Kvs) != 1 {
+			err = fmt.Errorf("get %s: written key not found", key)
+		}
+		return err
+	}), nil
 }
 
-func (b *etcdBench) watchWake(ctx context.Context) (*Result, error) {
-	k := b.cfg.watchers
+func (b *etcdBench) watchWake(ctx context.Context) (*loadkit.Result, error) {
+	k := b.cfg.Watchers
 	key := b.pfx + "/watch"
 	writer := b.cli[k]
 	if _, err := writer.Put(ctx, key, "0"); err != nil {
@@ -211,7 +200,7 @@ func (b *etcdBench) watchWake(ctx context.Context) (*Result, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var cur atomic.Pointer[wakeRound]
-	hists := make([]Hist, k)
+	hists := make([]loadkit.Hist, k)
 	var wg sync.WaitGroup
 	for w := 0; w < k; w++ {
 		wch := b.cli[w].Watch(wctx, key, clientv3.WithCreatedNotify())
@@ -220,15 +209,15 @@ func (b *etcdBench) watchWake(ctx context.Context) (*Result, error) {
 			if !ok || !resp.Created {
 				return nil, fmt.Errorf("watch %d was not created: %v", w, resp.Err())
 			}
-		case <-time.After(b.cfg.timeout):
-			return nil, fmt.Errorf("watch %d was not created in %s", w, b.cfg.timeout)
+		case <-time.After(b.cfg.Timeout):
+			return nil, fmt.Errorf("watch %d was not created in %s", w, b.cfg.Timeout)
 		}
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
 			for resp := range wch {
 				if err := resp.Err(); err != nil && wctx.Err() == nil {
-					b.el.add("watch", err)
+					b.el.Add("watch", err)
 				}
 				for _, ev := range resp.Events {
 					rd := cur.Load()
@@ -241,7 +230,7 @@ func (b *etcdBench) watchWake(ctx context.Context) (*Result, error) {
 			}
 		}(w)
 	}
-	rounds, missed, elapsed := wakeLoop(ctx, b.cfg, b.el, b.pw, k, &cur, func(ctx context.Context, n int64) error {
+	rounds, missed, elapsed := b.wakeLoop(ctx, k, &cur, func(ctx context.Context, n int64) error {
 		rc, c := b.reqCtx(ctx)
 		defer c()
 		_, err := writer.Put(rc, key, strconv.FormatInt(n, 10))
@@ -249,26 +238,19 @@ func (b *etcdBench) watchWake(ctx context.Context) (*Result, error) {
 	})
 	cancel()
 	wg.Wait()
-	lat := &Hist{}
-	for i := range hists {
-		lat.Merge(&hists[i])
-	}
-	r := &Result{Clients: k, Ops: int64(lat.Count()), Lat: lat, Elapsed: elapsed, Unit: "wakes", LatName: "wake"}
-	r.Int("rounds", rounds)
-	r.Int("missed", missed)
-	return r, nil
+	return loadkit.WakeResult(k, hists, rounds, missed, elapsed), nil
 }
 
 // keepalive grants -sessions leases and renews each every TTL/2 over one
 // LeaseKeepAlive stream per worker, as etcd's own client does (it renews
 // at TTL/3; TTL/2 is used here to match loadgen).
-func (b *etcdBench) keepalive(ctx context.Context) (*Result, error) {
+func (b *etcdBench) keepalive(ctx context.Context) (*loadkit.Result, error) {
 	type stream struct {
 		s      pb.Lease_LeaseKeepAliveClient
 		cancel context.CancelFunc
 	}
-	streams := make([]stream, b.cfg.clients)
-	ttl := int64(b.cfg.sessionTTL / time.Second)
+	streams := make([]stream, b.cfg.Clients)
+	ttl := int64(b.cfg.SessionTTL / time.Second)
 	defer func() {
 		for _, s := range streams {
 			if s.cancel != nil {
@@ -276,19 +258,17 @@ func (b *etcdBench) keepalive(ctx context.Context) (*Result, error) {
 			}
 		}
 	}()
-	k := &keeper{
-		cfg:      b.cfg,
-		el:       b.el,
-		workers:  b.cfg.clients,
-		interval: b.cfg.sessionTTL / 2,
-		create: func(ctx context.Context, w int) (string, error) {
+	k := &loadkit.Keeper{
+		Cfg: b.cfg,
+		El:  b.el,
+		Create: func(ctx context.Context, w int) (string, error) {
 			g, err := b.cli[w].Grant(ctx, ttl)
 			if err != nil {
 				return "", err
 			}
 			return strconv.FormatInt(int64(g.ID), 10), nil
 		},
-		renew: func(rctx context.Context, w int, id string) (bool, error) {
+		Renew: func(rctx context.Context, w int, id string) (bool, error) {
 			lid, _ := strconv.ParseInt(id, 10, 64)
 			st := &streams[w]
 			if st.s == nil {
@@ -317,44 +297,34 @@ func (b *etcdBench) keepalive(ctx context.Context) (*Result, error) {
 			}
 			return resp.TTL > 0, nil
 		},
-		destroy: func(ctx context.Context, w int, id string) error {
+		Destroy: func(ctx context.Context, w int, id string) error {
 			lid, _ := strconv.ParseInt(id, 10, 64)
 			_, err := b.cli[w].Revoke(ctx, clientv3.LeaseID(lid))
 			return err
 		},
-		onMeasure: b.pw.measureStart,
+		OnMeasure: b.pw.MeasureStart,
 	}
-	st, err := k.run(ctx)
-	return keepaliveResult(b.cfg, st), err
+	st, err := k.Run(ctx)
+	return loadkit.KeepaliveResult(b.cfg, st), err
 }
 
-// ping retries connecting, writing and reading until one round succeeds
-// or -duration passes.
-func (b *etcdBench) ping(ctx context.Context) (*Result, error) {
-	b.pw.measureStart()
-	t0 := time.Now()
-	end := t0.Add(b.cfg.duration)
-	key := "/" + b.cfg.prefix + "/ping"
-	var last error
-	for tries := 0; time.Now().Before(end) && ctx.Err() == nil && tries < 10000; tries++ {
+// ping connects, writes and reads, each time with a new client, until it
+// succeeds or -duration passes.
+func (b *etcdBench) ping(ctx context.Context) (*loadkit.Result, error) {
+	key := "/" + b.cfg.Prefix + "/ping"
+	return b.pingLoop(ctx, func(ctx context.Context) error {
 		// The client's root context bounds its dial by the time left.
-		pctx, pcancel := context.WithDeadline(ctx, end)
-		cli, err := newEtcdClient(pctx, b.cfg.addr)
-		if err == nil {
-			rc, cancel := b.reqCtx(pctx)
-			_, err = cli.Put(rc, key, "1")
-			if err == nil {
-				_, err = cli.Get(rc, key)
-			}
-			cancel()
-			cli.Close()
+		cli, err := newEtcdClient(ctx, b.cfg.Addr)
+		if err != nil {
+			return err
 		}
-		pcancel()
-		if err == nil {
-			return pingResult(1, time.Since(t0)), nil
+		defer cli.Close()
+		rc, cancel := b.reqCtx(ctx)
+		defer cancel()
+		if _, err := cli.Put(rc, key, "1"); err != nil {
+			return err
 		}
-		last = err
-		sleepCtx(ctx, 100*time.Millisecond)
-	}
-	return pingResult(0, time.Since(t0)), fmt.Errorf("not ready: %v", last)
+		_, err = cli.Get(rc, key)
+		return err
+	})
 }

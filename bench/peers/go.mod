@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/go-zookeeper/zk v1.0.4
+	github.com/holdfast/holdfast v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/api/v3 v3.5.35
 	go.etcd.io/etcd/client/v3 v3.5.35
 	go.uber.org/zap v1.17.0
@@ -25,3 +26,9 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+// bench/loadkit (standard library only) comes from this checkout's
+// holdfast, never from a published version. Should `go build` here say
+// "updates to go.mod needed", holdfast has raised a dependency this module
+// shares (golang.org/x/net, x/sys, ...): run `go mod tidy` in bench/peers.
+replace github.com/holdfast/holdfast => ../..

@@ -1,26 +1,57 @@
 package main
 
-// Workload drivers that etcd and ZooKeeper share.
+// What the etcd and ZooKeeper drivers share.
 
 import (
 	"context"
+	"fmt"
 	"math/rand"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/holdfast/holdfast/bench/loadkit"
 )
+
+// common is what every target's bench carries.
+type common struct {
+	cfg *loadkit.Config
+	el  *loadkit.ErrLog
+	pw  *loadkit.ProcWatch
+	pfx string // unique key (node) prefix of this run: /<-prefix>/<run id>
+}
+
+func newCommon(cfg *loadkit.Config, el *loadkit.ErrLog, pw *loadkit.ProcWatch) common {
+	return common{cfg: cfg, el: el, pw: pw, pfx: "/" + cfg.Prefix + "/" + loadkit.RunID()}
+}
+
+// keyLoop runs put or get-consistent: every op picks one of -keys keys
+// below prefix at random and calls op with it and the client's random
+// source (for values).
+func (b *common) keyLoop(ctx context.Context, what, prefix string,
+	op func(ctx context.Context, c int, rnd *rand.Rand, key string) error) *loadkit.Result {
+	rnds := loadkit.NewRands(b.cfg.Clients)
+	b.pw.MeasureStart()
+	ops, lat, el := loadkit.Loop(ctx, b.cfg.Clients, b.cfg.Duration, b.cfg.MaxOps, b.el, what,
+		func(ctx context.Context, c int) error {
+			return op(ctx, c, rnds[c], prefix+strconv.Itoa(rnds[c].Intn(b.cfg.Keys)))
+		})
+	return &loadkit.Result{Clients: b.cfg.Clients, Ops: ops, Lat: lat, Elapsed: el, Unit: "ops", LatName: "op"}
+}
 
 // contendLoop runs lock-contend with a blocking lock call: lock returns
 // once client c holds the lock, and the function to release it.
-func contendLoop(ctx context.Context, cfg *config, el *errLog, pw *procWatch,
-	lock func(ctx context.Context, c int) (func(context.Context) error, error)) (*Result, error) {
-	n := cfg.clients
-	ho := &handoffs{measure: true}
+func (b *common) contendLoop(ctx context.Context,
+	lock func(ctx context.Context, c int) (func(context.Context) error, error)) (*loadkit.Result, error) {
+	cfg := b.cfg
+	n := cfg.Clients
+	ho := loadkit.NewHandoffs()
 	var budget atomic.Int64
-	budget.Store(cfg.maxOps)
-	rctx, cancel := context.WithTimeout(ctx, cfg.duration)
+	budget.Store(cfg.MaxOps)
+	rctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
-	pw.measureStart()
+	b.pw.MeasureStart()
 	t0 := time.Now()
 	var wg sync.WaitGroup
 	for c := 0; c < n; c++ {
@@ -31,56 +62,32 @@ func contendLoop(ctx context.Context, cfg *config, el *errLog, pw *procWatch,
 				unlock, err := lock(rctx, c)
 				if err != nil {
 					if rctx.Err() == nil {
-						el.add("lock", err)
-						sleepCtx(rctx, errBackoff)
+						b.el.Add("lock", err)
+						loadkit.SleepCtx(rctx, loadkit.ErrBackoff)
 					}
 					continue
 				}
-				g := ho.acquired(c, time.Now())
+				g := ho.Acquired(c, time.Now())
 				// Release even after the end of the run, so no one is left waiting.
-				uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.timeout)
+				uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Timeout)
 				err = unlock(uctx)
 				at := time.Now()
 				ucancel()
 				if err != nil {
-					el.add("unlock", err)
+					b.el.Add("unlock", err)
 					continue
 				}
-				ho.released(c, g, at)
+				ho.Released(c, g, at)
 			}
 		}(c)
 	}
 	wg.Wait()
 	elapsed := time.Since(t0)
-	if elapsed > cfg.duration {
-		elapsed = cfg.duration
+	if elapsed > cfg.Duration {
+		elapsed = cfg.Duration
 	}
-	ho.mu.Lock()
-	defer ho.mu.Unlock()
-	r := &Result{Clients: n, Ops: ho.handoffs, Lat: &ho.gap, Elapsed: elapsed, Unit: "handoffs", LatName: "gap"}
-	r.Int("acquires", ho.acquires)
-	r.Float("acquires_per_s", float64(ho.acquires)/elapsed.Seconds(), 1)
-	r.Int("reacquires", ho.reacquires)
-	r.Int("acquire_false", 0)
-	r.Int("gap_early", ho.early)
-	return r, nil
-}
-
-func randValue(rnd *rand.Rand, n int) string {
-	const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
-	v := make([]byte, n)
-	for i := range v {
-		v[i] = letters[rnd.Intn(len(letters))]
-	}
-	return string(v)
-}
-
-func newRands(n int) []*rand.Rand {
-	r := make([]*rand.Rand, n)
-	for i := range r {
-		r[i] = rand.New(rand.NewSource(time.Now().UnixNano() + int64(i)))
-	}
-	return r
+	// Both targets' lock calls block rather than answer false.
+	return ho.Result(n, elapsed, 0), nil
 }
 
 // wakeRound is one write that every watcher should see.
@@ -100,23 +107,24 @@ func (rd *wakeRound) seen() {
 // wakeLoop drives watch-wake rounds for targets whose watchers are armed
 // once: write(n) must write value n to the watched key; watchers report
 // each event through the round returned by cur().
-func wakeLoop(ctx context.Context, cfg *config, el *errLog, pw *procWatch, k int, cur *atomic.Pointer[wakeRound],
+func (b *common) wakeLoop(ctx context.Context, k int, cur *atomic.Pointer[wakeRound],
 	write func(ctx context.Context, n int64) error) (rounds, missed int64, elapsed time.Duration) {
-	pw.measureStart()
+	cfg := b.cfg
+	b.pw.MeasureStart()
 	t0 := time.Now()
-	end := t0.Add(cfg.duration)
-	for time.Now().Before(end) && ctx.Err() == nil && rounds*int64(k) < cfg.maxOps {
+	end := t0.Add(cfg.Duration)
+	for time.Now().Before(end) && ctx.Err() == nil && rounds*int64(k) < cfg.MaxOps {
 		rounds++
 		rd := &wakeRound{n: rounds, done: make(chan struct{})}
 		rd.left.Store(int64(k))
 		rd.t0 = time.Now()
 		cur.Store(rd)
 		if err := write(ctx, rounds); err != nil {
-			el.add("watched write", err)
+			b.el.Add("watched write", err)
 			missed += int64(k)
 			continue
 		}
-		t := time.NewTimer(cfg.timeout)
+		t := time.NewTimer(cfg.Timeout)
 		select {
 		case <-rd.done:
 		case <-t.C:
@@ -129,10 +137,31 @@ func wakeLoop(ctx context.Context, cfg *config, el *errLog, pw *procWatch, k int
 	return rounds, missed, time.Since(t0)
 }
 
-func pingResult(ops int64, d time.Duration) *Result {
-	lat := &Hist{}
-	if ops > 0 {
-		lat.Record(d)
+// pingLoop retries try (connect, write, linearizable read) until one succeeds
+// or -duration passes; the context try gets ends then too. The latency
+// reported is the time until success.
+func (b *common) pingLoop(ctx context.Context, try func(ctx context.Context) error) (*loadkit.Result, error) {
+	b.pw.MeasureStart()
+	t0 := time.Now()
+	end := t0.Add(b.cfg.Duration)
+	result := func(ops int64) *loadkit.Result {
+		d := time.Since(t0)
+		lat := &loadkit.Hist{}
+		if ops > 0 {
+			lat.Record(d)
+		}
+		return &loadkit.Result{Clients: 1, Ops: ops, Lat: lat, Elapsed: d, Unit: "ops", LatName: "op"}
 	}
-	return &Result{Clients: 1, Ops: ops, Lat: lat, Elapsed: d, Unit: "ops", LatName: "op"}
+	var last error
+	for tries := 0; time.Now().Before(end) && ctx.Err() == nil && tries < 10000; tries++ {
+		tctx, cancel := context.WithDeadline(ctx, end)
+		err := try(tctx)
+		cancel()
+		if err == nil {
+			return result(1), nil
+		}
+		last = err
+		loadkit.SleepCtx(ctx, 100*time.Millisecond)
+	}
+	return result(0), fmt.Errorf("not ready: %v", last)
 }

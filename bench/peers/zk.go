@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/holdfast/holdfast/bench/loadkit"
 )
 
 // ZooKeeper mapping of the workloads:
@@ -24,10 +27,7 @@ import (
 // Every benchmark client has its own connection.
 
 type zkBench struct {
-	cfg   *config
-	el    *errLog
-	pw    *procWatch
-	pfx   string
+	common
 	conns []*zk.Conn
 }
 
@@ -60,7 +60,7 @@ func zkConnect(ctx context.Context, addr string, sessionTimeout, wait time.Durat
 			return nil, fmt.Errorf("no zk session from %s within %s", addr, wait)
 		case <-ctx.Done():
 			conn.Close()
-			return nil, ctx.Err()
+			return nil, fmt.Errorf("no zk session from %s: %w", addr, ctx.Err())
 		}
 	}
 }
@@ -77,16 +77,16 @@ func ensurePath(c *zk.Conn, path string) error {
 	return nil
 }
 
-func runZK(ctx context.Context, cfg *config, el *errLog, pw *procWatch) (*Result, error) {
-	b := &zkBench{cfg: cfg, el: el, pw: pw, pfx: "/" + cfg.prefix + "/" + runID()}
-	if cfg.workload == wPing {
+func runZK(ctx context.Context, cfg *loadkit.Config, el *loadkit.ErrLog, pw *loadkit.ProcWatch) (*loadkit.Result, error) {
+	b := &zkBench{common: newCommon(cfg, el, pw)}
+	if cfg.Workload == loadkit.WorkloadPing {
 		return b.ping(ctx)
 	}
-	n := cfg.clients
-	switch cfg.workload {
-	case wWatchWake:
-		n = cfg.watchers + 1
-	case wKeepalive:
+	n := cfg.Clients
+	switch cfg.Workload {
+	case loadkit.WorkloadWatchWake:
+		n = cfg.Watchers + 1
+	case loadkit.WorkloadSessionsKeepalive:
 		n = 1
 	}
 	defer func() {
@@ -95,9 +95,9 @@ func runZK(ctx context.Context, cfg *config, el *errLog, pw *procWatch) (*Result
 		}
 	}()
 	for i := 0; i < n; i++ {
-		c, err := zkConnect(ctx, cfg.addr, 10*time.Second, cfg.timeout)
+		c, err := zkConnect(ctx, cfg.Addr, 10*time.Second, cfg.Timeout)
 		if err != nil {
-			return nil, fmt.Errorf("connecting to ZooKeeper at %s: %w", cfg.addr, err)
+			return nil, fmt.Errorf("connecting to ZooKeeper at %s: %w", cfg.Addr, err)
 		}
 		b.conns = append(b.conns, c)
 	}
@@ -105,20 +105,20 @@ func runZK(ctx context.Context, cfg *config, el *errLog, pw *procWatch) (*Result
 		return nil, err
 	}
 	defer b.cleanup()
-	switch cfg.workload {
-	case wSessionChurn:
+	switch cfg.Workload {
+	case loadkit.WorkloadSessionChurn:
 		return b.sessionChurn(ctx)
-	case wLockOwn:
+	case loadkit.WorkloadLockOwn:
 		return b.lockOwn(ctx)
-	case wLockContend:
+	case loadkit.WorkloadLockContend:
 		return b.lockContend(ctx)
-	case wPut:
+	case loadkit.WorkloadPut:
 		return b.put(ctx)
-	case wGet:
+	case loadkit.WorkloadGetConsistent:
 		return b.get(ctx)
-	case wWatchWake:
+	case loadkit.WorkloadWatchWake:
 		return b.watchWake(ctx)
-	case wKeepalive:
+	case loadkit.WorkloadSessionsKeepalive:
 		return b.keepalive(ctx)
 	}
 	return nil, errors.New("unknown workload")
@@ -128,7 +128,7 @@ func runZK(ctx context.Context, cfg *config, el *errLog, pw *procWatch) (*Result
 // repeated runs do not grow the tree.
 func (b *zkBench) cleanup() {
 	c := b.conns[0]
-	deadline := time.Now().Add(b.cfg.setupTimeout)
+	deadline := time.Now().Add(b.cfg.SetupTimeout)
 	var del func(p string, depth int) error
 	del = func(p string, depth int) error {
 		if time.Now().After(deadline) || depth > 8 {
@@ -152,50 +152,50 @@ func (b *zkBench) cleanup() {
 		return nil
 	}
 	if err := del(b.pfx, 0); err != nil {
-		b.el.add("cleanup", err)
+		b.el.Add("cleanup", err)
 	}
 }
 
-func (b *zkBench) sessionChurn(ctx context.Context) (*Result, error) {
-	b.pw.measureStart()
-	ops, lat, el := loop(ctx, b.cfg.clients, b.cfg.duration, b.cfg.maxOps, b.el, "session churn",
+func (b *zkBench) sessionChurn(ctx context.Context) (*loadkit.Result, error) {
+	b.pw.MeasureStart()
+	ops, lat, el := loadkit.Loop(ctx, b.cfg.Clients, b.cfg.Duration, b.cfg.MaxOps, b.el, "session churn",
 		func(ctx context.Context, _ int) error {
-			c, err := zkConnect(ctx, b.cfg.addr, 10*time.Second, b.cfg.timeout)
+			c, err := zkConnect(ctx, b.cfg.Addr, 10*time.Second, b.cfg.Timeout)
 			if err != nil {
 				return err
 			}
 			c.Close() // sends closeSession and waits for the answer
 			return nil
 		})
-	return &Result{Clients: b.cfg.clients, Ops: ops, Lat: lat, Elapsed: el, Unit: "ops", LatName: "op"}, nil
+	return &loadkit.Result{Clients: b.cfg.Clients, Ops: ops, Lat: lat, Elapsed: el, Unit: "ops", LatName: "op"}, nil
 }
 
-func (b *zkBench) lockOwn(ctx context.Context) (*Result, error) {
-	n := b.cfg.clients
+func (b *zkBench) lockOwn(ctx context.Context) (*loadkit.Result, error) {
+	n := b.cfg.Clients
 	locks := make([]*zk.Lock, n)
 	for c := range locks {
 		locks[c] = zk.NewLock(b.conns[c], fmt.Sprintf("%s/own/%d", b.pfx, c), zkACL)
 	}
-	b.pw.measureStart()
-	ops, lat, el := loop(ctx, n, b.cfg.duration, b.cfg.maxOps, b.el, "lock cycle",
+	b.pw.MeasureStart()
+	ops, lat, el := loadkit.Loop(ctx, n, b.cfg.Duration, b.cfg.MaxOps, b.el, "lock cycle",
 		func(ctx context.Context, c int) error {
 			if err := locks[c].Lock(); err != nil {
 				return err
 			}
 			return locks[c].Unlock()
 		})
-	return &Result{Clients: n, Ops: ops, Lat: lat, Elapsed: el, Unit: "cycles", LatName: "cycle"}, nil
+	return &loadkit.Result{Clients: n, Ops: ops, Lat: lat, Elapsed: el, Unit: "cycles", LatName: "cycle"}, nil
 }
 
-func (b *zkBench) lockContend(ctx context.Context) (*Result, error) {
-	n := b.cfg.clients
+func (b *zkBench) lockContend(ctx context.Context) (*loadkit.Result, error) {
+	n := b.cfg.Clients
 	locks := make([]*zk.Lock, n)
 	for c := range locks {
 		locks[c] = zk.NewLock(b.conns[c], b.pfx+"/contend", zkACL)
 	}
 	// zk.Lock has no context; a waiter still queued when the run ends is
 	// served once the holders before it have released, which they do.
-	return contendLoop(ctx, b.cfg, b.el, b.pw, func(ctx context.Context, c int) (func(context.Context) error, error) {
+	return b.contendLoop(ctx, func(ctx context.Context, c int) (func(context.Context) error, error) {
 		if err := locks[c].Lock(); err != nil {
 			return nil, err
 		}
@@ -205,8 +205,8 @@ func (b *zkBench) lockContend(ctx context.Context) (*Result, error) {
 
 // makeNodes creates prefix0..prefix(n-1) with values, with bounded concurrency.
 func (b *zkBench) makeNodes(ctx context.Context, prefix string, n int) error {
-	rnd := newRands(1)[0]
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.setupTimeout)
+	rnd := loadkit.NewRands(1)[0]
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.SetupTimeout)
 	defer cancel()
 	var next atomic.Int64
 	errs := make(chan error, len(b.conns))
@@ -227,7 +227,7 @@ func (b *zkBench) makeNodes(ctx context.Context, prefix string, n int) error {
 					return
 				}
 			}
-		}(b.conns[w], []byte(randValue(rnd, b.cfg.valueSize)))
+		}(b.conns[w], loadkit.RandValue(rnd, b.cfg.ValueSize))
 	}
 	wg.Wait()
 	select {
@@ -238,55 +238,45 @@ func (b *zkBench) makeNodes(ctx context.Context, prefix string, n int) error {
 	return ctx.Err()
 }
 
-func (b *zkBench) put(ctx context.Context) (*Result, error) {
+func (b *zkBench) put(ctx context.Context) (*loadkit.Result, error) {
 	prefix := b.pfx + "/put-"
-	if err := b.makeNodes(ctx, prefix, b.cfg.keys); err != nil {
+	if err := b.makeNodes(ctx, prefix, b.cfg.Keys); err != nil {
 		return nil, err
 	}
-	rnds := newRands(b.cfg.clients)
-	b.pw.measureStart()
-	ops, lat, el := loop(ctx, b.cfg.clients, b.cfg.duration, b.cfg.maxOps, b.el, "set",
-		func(ctx context.Context, c int) error {
-			path := prefix + strconv.Itoa(rnds[c].Intn(b.cfg.keys))
-			_, err := b.conns[c].Set(path, []byte(randValue(rnds[c], b.cfg.valueSize)), -1)
-			return err
-		})
-	return &Result{Clients: b.cfg.clients, Ops: ops, Lat: lat, Elapsed: el, Unit: "ops", LatName: "op"}, nil
+	return b.keyLoop(ctx, "set", prefix, func(_ context.Context, c int, rnd *rand.Rand, path string) error {
+		_, err := b.conns[c].Set(path, loadkit.RandValue(rnd, b.cfg.ValueSize), -1)
+		return err
+	}), nil
 }
 
-func (b *zkBench) get(ctx context.Context) (*Result, error) {
+func (b *zkBench) get(ctx context.Context) (*loadkit.Result, error) {
 	prefix := b.pfx + "/get-"
-	if err := b.makeNodes(ctx, prefix, b.cfg.keys); err != nil {
+	if err := b.makeNodes(ctx, prefix, b.cfg.Keys); err != nil {
 		return nil, err
 	}
-	rnds := newRands(b.cfg.clients)
-	b.pw.measureStart()
-	ops, lat, el := loop(ctx, b.cfg.clients, b.cfg.duration, b.cfg.maxOps, b.el, "sync+get",
-		func(ctx context.Context, c int) error {
-			path := prefix + strconv.Itoa(rnds[c].Intn(b.cfg.keys))
-			if _, err := b.conns[c].Sync(path); err != nil {
-				return err
-			}
-			_, _, err := b.conns[c].Get(path)
+	return b.keyLoop(ctx, "sync+get", prefix, func(_ context.Context, c int, _ *rand.Rand, path string) error {
+		if _, err := b.conns[c].Sync(path); err != nil {
 			return err
-		})
-	return &Result{Clients: b.cfg.clients, Ops: ops, Lat: lat, Elapsed: el, Unit: "ops", LatName: "op"}, nil
+		}
+		_, _, err := b.conns[c].Get(path)
+		return err
+	}), nil
 }
 
-func (b *zkBench) watchWake(ctx context.Context) (*Result, error) {
-	k := b.cfg.watchers
+func (b *zkBench) watchWake(ctx context.Context) (*loadkit.Result, error) {
+	k := b.cfg.Watchers
 	path := b.pfx + "/watch"
 	writer := b.conns[k]
 	if _, err := writer.Create(path, []byte("0"), 0, zkACL); err != nil {
 		return nil, fmt.Errorf("creating the watched node: %w", err)
 	}
-	hists := make([]Hist, k)
+	hists := make([]loadkit.Hist, k)
 	var missed atomic.Int64
-	b.pw.measureStart()
+	b.pw.MeasureStart()
 	t0 := time.Now()
-	end := t0.Add(b.cfg.duration)
+	end := t0.Add(b.cfg.Duration)
 	var rounds int64
-	for time.Now().Before(end) && ctx.Err() == nil && rounds*int64(k) < b.cfg.maxOps {
+	for time.Now().Before(end) && ctx.Err() == nil && rounds*int64(k) < b.cfg.MaxOps {
 		// Arm every watcher: a watch is set once GetW has been answered.
 		chans := make([]<-chan zk.Event, k)
 		var wg sync.WaitGroup
@@ -296,7 +286,7 @@ func (b *zkBench) watchWake(ctx context.Context) (*Result, error) {
 				defer wg.Done()
 				_, _, ch, err := b.conns[w].GetW(path)
 				if err != nil {
-					b.el.add("getw", err)
+					b.el.Add("getw", err)
 					return
 				}
 				chans[w] = ch
@@ -306,7 +296,7 @@ func (b *zkBench) watchWake(ctx context.Context) (*Result, error) {
 		rounds++
 		start := time.Now()
 		if _, err := writer.Set(path, []byte(strconv.FormatInt(rounds, 10)), -1); err != nil {
-			b.el.add("watched set", err)
+			b.el.Add("watched set", err)
 		}
 		for w := 0; w < k; w++ {
 			if chans[w] == nil {
@@ -316,7 +306,7 @@ func (b *zkBench) watchWake(ctx context.Context) (*Result, error) {
 			wg.Add(1)
 			go func(w int) {
 				defer wg.Done()
-				t := time.NewTimer(b.cfg.timeout)
+				t := time.NewTimer(b.cfg.Timeout)
 				defer t.Stop()
 				select {
 				case ev := <-chans[w]:
@@ -324,7 +314,7 @@ func (b *zkBench) watchWake(ctx context.Context) (*Result, error) {
 						hists[w].Record(time.Since(start))
 						return
 					}
-					b.el.add("watch", fmt.Errorf("unexpected event %v %v", ev.Type, ev.Err))
+					b.el.Add("watch", fmt.Errorf("unexpected event %v %v", ev.Type, ev.Err))
 				case <-t.C:
 				}
 				missed.Add(1)
@@ -332,32 +322,22 @@ func (b *zkBench) watchWake(ctx context.Context) (*Result, error) {
 		}
 		wg.Wait()
 	}
-	elapsed := time.Since(t0)
-	lat := &Hist{}
-	for i := range hists {
-		lat.Merge(&hists[i])
-	}
-	r := &Result{Clients: k, Ops: int64(lat.Count()), Lat: lat, Elapsed: elapsed, Unit: "wakes", LatName: "wake"}
-	r.Int("rounds", rounds)
-	r.Int("missed", missed.Load())
-	return r, nil
+	return loadkit.WakeResult(k, hists, rounds, missed.Load(), time.Since(t0)), nil
 }
 
 // keepalive opens -sessions connections; the client library keeps each
 // session alive by pinging every third of the session timeout, so there is
 // nothing to renew by hand and renewals are reported as 0. The server's
 // maxSessionTimeout (default 20 ticks = 40 s) caps -session-ttl.
-func (b *zkBench) keepalive(ctx context.Context) (*Result, error) {
+func (b *zkBench) keepalive(ctx context.Context) (*loadkit.Result, error) {
 	var mu sync.Mutex
 	conns := map[string]*zk.Conn{}
 	var next atomic.Int64
-	k := &keeper{
-		cfg:      b.cfg,
-		el:       b.el,
-		workers:  b.cfg.clients,
-		interval: b.cfg.sessionTTL / 2,
-		create: func(ctx context.Context, _ int) (string, error) {
-			c, err := zkConnect(ctx, b.cfg.addr, b.cfg.sessionTTL, b.cfg.timeout)
+	k := &loadkit.Keeper{
+		Cfg: b.cfg,
+		El:  b.el,
+		Create: func(ctx context.Context, _ int) (string, error) {
+			c, err := zkConnect(ctx, b.cfg.Addr, b.cfg.SessionTTL, b.cfg.Timeout)
 			if err != nil {
 				return "", err
 			}
@@ -367,7 +347,7 @@ func (b *zkBench) keepalive(ctx context.Context) (*Result, error) {
 			mu.Unlock()
 			return id, nil
 		},
-		destroy: func(ctx context.Context, _ int, id string) error {
+		Destroy: func(ctx context.Context, _ int, id string) error {
 			mu.Lock()
 			c := conns[id]
 			delete(conns, id)
@@ -377,42 +357,36 @@ func (b *zkBench) keepalive(ctx context.Context) (*Result, error) {
 			}
 			return nil
 		},
-		onMeasure: b.pw.measureStart,
+		OnMeasure: b.pw.MeasureStart,
 	}
-	st, err := k.run(ctx)
-	r := keepaliveResult(b.cfg, st)
+	st, err := k.Run(ctx)
+	r := loadkit.KeepaliveResult(b.cfg, st)
 	// Sessions kept, not renewals made, are what a ZooKeeper run achieves.
-	r.Ops = st.created
+	r.Ops = st.Created
 	r.Unit = "sessions"
 	return r, err
 }
 
-func (b *zkBench) ping(ctx context.Context) (*Result, error) {
-	b.pw.measureStart()
-	t0 := time.Now()
-	end := t0.Add(b.cfg.duration)
-	path := "/" + b.cfg.prefix + "/ping"
-	var last error
-	for tries := 0; time.Now().Before(end) && ctx.Err() == nil && tries < 10000; tries++ {
-		c, err := zkConnect(ctx, b.cfg.addr, 10*time.Second, 2*time.Second)
-		if err == nil {
-			err = ensurePath(c, path)
-			if err == nil {
-				_, err = c.Set(path, []byte("1"), -1)
-			}
-			if err == nil {
-				_, err = c.Sync(path)
-			}
-			if err == nil {
-				_, _, err = c.Get(path)
-			}
-			c.Close()
+// ping connects, writes and reads (Sync + Get), each time on a new
+// connection, until it succeeds or -duration passes.
+func (b *zkBench) ping(ctx context.Context) (*loadkit.Result, error) {
+	path := "/" + b.cfg.Prefix + "/ping"
+	return b.pingLoop(ctx, func(ctx context.Context) error {
+		c, err := zkConnect(ctx, b.cfg.Addr, 10*time.Second, 2*time.Second)
+		if err != nil {
+			return err
 		}
-		if err == nil {
-			return pingResult(1, time.Since(t0)), nil
+		defer c.Close()
+		if err := ensurePath(c, path); err != nil {
+			return err
 		}
-		last = err
-		sleepCtx(ctx, 100*time.Millisecond)
-	}
-	return pingResult(0, time.Since(t0)), fmt.Errorf("not ready: %v", last)
+		if _, err := c.Set(path, []byte("1"), -1); err != nil {
+			return err
+		}
+		if _, err := c.Sync(path); err != nil {
+			return err
+		}
+		_, _, err = c.Get(path)
+		return err
+	})
 }

@@ -1,9 +1,4 @@
-// Code shared verbatim by bench/loadgen and bench/peers (two modules, both
-// package main). Edit it in bench/loadgen, then copy it over:
-//   cp bench/loadgen/common_*.go bench/peers/
-// bench/peers has a test that fails while the copies differ.
-
-package main
+package loadkit
 
 import (
 	"math"
@@ -93,6 +88,16 @@ func (h *Hist) Merge(o *Hist) {
 	}
 	h.n += o.n
 	h.sum += o.sum
+}
+
+// MergeAll returns one histogram holding the values of all of hs (typically
+// one per client).
+func MergeAll(hs []Hist) *Hist {
+	m := &Hist{}
+	for i := range hs {
+		m.Merge(&hs[i])
+	}
+	return m
 }
 
 // Count is the number of values recorded.

@@ -1,6 +1,4 @@
-// Code shared verbatim by bench/loadgen and bench/peers; see common_hist.go.
-
-package main
+package loadkit
 
 import (
 	"encoding/json"
@@ -135,4 +133,15 @@ func (r *Result) JSON() string {
 func jsonString(s string) []byte {
 	b, _ := json.Marshal(s) // a string always marshals
 	return b
+}
+
+// WakeResult is the watch-wake result of watchers watching for elapsed:
+// one latency histogram per watcher, rounds writes and missed wakes (a
+// watcher that saw no change within -timeout).
+func WakeResult(watchers int, hists []Hist, rounds, missed int64, elapsed time.Duration) *Result {
+	lat := MergeAll(hists)
+	r := &Result{Clients: watchers, Ops: int64(lat.Count()), Lat: lat, Elapsed: elapsed, Unit: "wakes", LatName: "wake"}
+	r.Int("rounds", rounds)
+	r.Int("missed", missed)
+	return r
 }

@@ -2,38 +2,10 @@ package main
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
-
-// The common_*.go files are copies of bench/loadgen's, so that both tools
-// measure and print alike. This fails when they drift apart.
-func TestCommonFilesMatchLoadgen(t *testing.T) {
-	theirs, err := filepath.Glob("../loadgen/common_*.go")
-	if err != nil || len(theirs) == 0 {
-		t.Skip("bench/loadgen not beside this module")
-	}
-	ours, _ := filepath.Glob("common_*.go")
-	if len(ours) != len(theirs) {
-		t.Fatalf("loadgen has %d common files, peers %d: cp ../loadgen/common_*.go .", len(theirs), len(ours))
-	}
-	for _, p := range theirs {
-		a, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(filepath.Base(p))
-		if err != nil {
-			t.Fatalf("%v: cp ../loadgen/common_*.go .", err)
-		}
-		if !bytes.Equal(a, b) {
-			t.Errorf("%s differs from bench/loadgen's: cp ../loadgen/common_*.go .", filepath.Base(p))
-		}
-	}
-}
 
 func TestFlagsAndTargets(t *testing.T) {
 	var out, errb bytes.Buffer

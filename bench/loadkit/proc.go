@@ -1,6 +1,4 @@
-// Code shared verbatim by bench/loadgen and bench/peers; see common_hist.go.
-
-package main
+package loadkit
 
 import (
 	"bytes"
@@ -96,52 +94,54 @@ func cpuPercent(a, b procSample) float64 {
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }
 
-// procWatch samples -pid around a measured phase and adds the fields to r:
-// rss_before_mib (at start of the run), rss_after_mib, rss_delta_mib, and
-// cpu_pct over the measured phase.
-type procWatch struct {
+// ProcWatch samples the server process given with -pid around a measured
+// phase and adds the fields to a Result: rss_before_mib (at the start of the
+// run), rss_after_mib, rss_delta_mib, and cpu_pct over the measured phase.
+// With pid 0 it does nothing.
+type ProcWatch struct {
 	pid           int
 	before, start procSample
 	okBefore      bool
 	okStart       bool
-	el            *errLog
+	el            *ErrLog
 }
 
-func newProcWatch(pid int, el *errLog) *procWatch {
-	p := &procWatch{pid: pid, el: el}
+// NewProcWatch takes the "before" sample at once; failures go to el.
+func NewProcWatch(pid int, el *ErrLog) *ProcWatch {
+	p := &ProcWatch{pid: pid, el: el}
 	if pid <= 0 {
 		return p
 	}
 	s, err := sampleProc(pid)
 	if err != nil {
-		el.add("sample -pid", err)
+		el.Add("sample -pid", err)
 		return p
 	}
 	p.before, p.okBefore = s, true
 	return p
 }
 
-// measureStart marks the start of the measured phase.
-func (p *procWatch) measureStart() {
+// MeasureStart marks the start of the measured phase.
+func (p *ProcWatch) MeasureStart() {
 	if p.pid <= 0 {
 		return
 	}
 	s, err := sampleProc(p.pid)
 	if err != nil {
-		p.el.add("sample -pid", err)
+		p.el.Add("sample -pid", err)
 		return
 	}
 	p.start, p.okStart = s, true
 }
 
-// finish samples again and reports into r.
-func (p *procWatch) finish(r *Result) {
+// Finish samples again and appends the fields to r.
+func (p *ProcWatch) Finish(r *Result) {
 	if p.pid <= 0 || !p.okBefore || !p.okStart {
 		return
 	}
 	s, err := sampleProc(p.pid)
 	if err != nil {
-		p.el.add("sample -pid", err)
+		p.el.Add("sample -pid", err)
 		return
 	}
 	r.Int("pid", int64(p.pid))
