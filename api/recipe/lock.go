@@ -37,11 +37,16 @@ var (
 // lock-delay that followed its last holder's invalidation. errors.Is(err,
 // ErrLocked) holds for it.
 type LockDelayError struct {
-	Key       string
+	Key string
+	// Remaining is how long the delay has to run, 0 if the server did
+	// not say (Consul does not).
 	Remaining time.Duration
 }
 
 func (e *LockDelayError) Error() string {
+	if e.Remaining == 0 {
+		return fmt.Sprintf("recipe: %q is in its lock-delay", e.Key)
+	}
 	return fmt.Sprintf("recipe: %q is in its lock-delay for another %v", e.Key, e.Remaining)
 }
 
@@ -63,27 +68,35 @@ type LockOptions struct {
 //
 // # Fair and quiet waiting
 //
-// Waiters queue in arrival order and only the next one is woken when the
-// lock changes hands. To wait, Lock first joins the queue: it acquires the
-// key <key>/.queue/<session> with its session (so the entry dies with the
-// session: released or deleted with it). The queue's order is the entries'
-// CreateIndex, the server's global index at creation, hence arrival order.
-// A waiter with a live entry before its own (its predecessor) blocks on
-// that one entry and nothing else, as etcd's mutex waits on the deletion of
-// its predecessor's key; a holder keeps its entry until Unlock, so the next
-// waiter wakes exactly when the holder lets go or dies. Only the head of
-// the queue looks at the lock key itself: it acquires the key when free,
-// and while the key is held (by a Consul client, a TryLock, or a holder
-// that lost its place) it is the only holdfast waiter with a blocking read
-// on it. A release thus wakes one holdfast waiter, not all of them.
+// Waiters queue in arrival order and a hand-off wakes only the next one.
+// To wait, Lock first joins the queue: it acquires the key
+// <key>/.queue/<session> with its session, so the entry dies with the
+// session (released or deleted with it). The queue's order is the
+// entries' CreateIndex, the server's global index at creation, hence
+// arrival order. A waiter sleeps on one key only, the entry of the live
+// waiter just before it (its predecessor), as etcd's mutex waits on its
+// predecessor's key; the head of the queue, when the lock is held by
+// someone outside the queue, sleeps on the lock key.
+//
+// Taking the lock is one transaction: the key must be as the taker last
+// saw it (check-index, so a key that stopped being a lock is never
+// overwritten), it is locked, and the taker's entry is marked as holding,
+// which wakes the waiter behind it once so that it knows its predecessor
+// now holds. Unlock is one transaction too: a fenced release of the key
+// and the deletion of the holder's entry, at one index. The waiter behind
+// wakes, knows it is next and at which index the key was freed, and takes
+// it at once on condition that the key is still as the holder left it. A
+// hand-off thus costs two transactions, as with Consul's Lock (release,
+// acquire), but wakes one waiter instead of every one.
 //
 // Consul's lockers look only at the lock key, so the queue is invisible to
-// them: they neither wait in it nor are blocked by it. Between holdfast
-// waiters the order is strict; a Consul waiter may still win the race for
-// a released key against the head of the queue, exactly as it would
-// against another Consul waiter. Entries whose session died (left with no
-// session by Behavior "release") are skipped and deleted by the waiter
-// that finds them.
+// them: they neither wait in it nor are held up by it, and the lock key
+// itself is used exactly as they use it. Between holdfast waiters the
+// order is strict; a Consul waiter may still win the race for a released
+// key, exactly as it would against another Consul waiter, and the holdfast
+// waiter then waits on the key at the head of the queue. Entries whose
+// session died (left without a session by Behavior "release") are
+// skipped, and deleted by the next waiter that reads the queue.
 //
 // A refused acquire whose answer says the key is in its lock-delay (the
 // X-Holdfast-Lock-Delay header) waits exactly the remaining delay on the
@@ -232,8 +245,10 @@ func (l *Lock) TryLock(ctx context.Context) (*Hold, error) {
 	if p != nil && p.Session != "" && p.Session != l.s.id {
 		return nil, ErrLocked
 	}
-	h, delay, err := l.acquire(ctx, "")
+	h, delay, err := l.take(ctx, "", p)
 	switch {
+	case err == errDelayUnsaid:
+		return nil, &LockDelayError{Key: l.key}
 	case err != nil:
 		return nil, ctxErr(ctx, l.s, err)
 	case h != nil:
@@ -281,55 +296,119 @@ func (l *Lock) joinQueue(ctx context.Context, qkey string) error {
 	return nil
 }
 
+// errAgain asks waitInQueue to read the queue and the key again.
+var errAgain = errors.New("recipe: look again")
+
+// errDelayUnsaid is a refusal on a free key without a lock-delay header
+// (Consul): a lock-delay of unknown length.
+var errDelayUnsaid = errors.New("recipe: refused for a lock-delay of unknown length")
+
 // waitInQueue waits for our turn and takes the lock.
+//
+// A waiter whose predecessor in the queue waits too sleeps on the
+// predecessor's entry. When the predecessor takes the lock it marks its
+// entry as holding (in the same transaction), which wakes us once: we
+// note that it holds and go back to sleep on its entry. When a holder
+// lets go, one transaction releases the key and deletes its entry, so the
+// waiter behind it wakes knowing it is next and knowing the index at which
+// the key was released: it takes the key at once, on condition that the
+// key is still as the holder left it (check-index at that index). A hand-
+// off thus costs the holder's transaction and the next waiter's, as with
+// Consul's Lock, but wakes one waiter instead of all of them.
 func (l *Lock) waitInQueue(ctx context.Context, qkey string) (*Hold, error) {
-	errs := 0
-	retry := func(err error) error {
-		if !api.IsRetryable(err) || ctx.Err() != nil {
-			return err
-		}
-		errs++
-		return sleep(ctx, l.s.clk, backoff(errs))
-	}
+	var (
+		errs, unsaid int
+		key, pred    *api.KVPair
+		predHolds    bool
+		read         = true // read the queue and the key before going on
+	)
 	for {
-		pred, err := l.predecessor(ctx, qkey)
-		if err != nil {
-			if err := retry(err); err != nil {
+		var err error
+		if read {
+			key, pred, err = l.readQueue(ctx, qkey)
+			if err == nil && key != nil && key.Flags != LockFlagValue {
+				return nil, ErrLockConflict
+			}
+			predHolds = err == nil && pred != nil && key != nil && key.Session == pred.Session
+		}
+		var h *Hold
+		switch {
+		case err != nil:
+		case pred == nil:
+			// At the head: nobody of ours holds the key; take it when it
+			// is free.
+			l.tracef("head")
+			h, err = l.takeWhenFree(ctx, qkey, key)
+		default:
+			if predHolds {
+				l.tracef("next after %s", strings.TrimPrefix(pred.Key, l.queuePrefix()))
+			} else {
+				l.tracef("wait for %s", strings.TrimPrefix(pred.Key, l.queuePrefix()))
+			}
+			var cur *api.KVPair
+			var idx uint64
+			cur, idx, err = l.waitChange(ctx, pred)
+			switch {
+			case err != nil:
+			case cur != nil && cur.Session == pred.Session && cur.CreateIndex == pred.CreateIndex:
+				// It took the lock (it marked its entry); sleep on.
+				pred, predHolds, read = cur, true, false
+				continue
+			case predHolds:
+				// The holder let go or died, and its entry went with the
+				// key's release, at index idx: we are next.
+				l.tracef("released at %d", idx)
+				h, err = l.takeFrom(ctx, qkey, &api.KVPair{Key: l.key, ModifyIndex: idx})
+			default:
+				err = errAgain // a waiter before us left: look again
+			}
+		}
+		read = true
+		switch {
+		case h != nil:
+			return h, nil
+		case err == errAgain:
+			errs, unsaid = 0, 0
+			continue
+		case err == errDelayUnsaid:
+			unsaid++
+			if err := sleep(ctx, l.s.clk, backoff(unsaid)); err != nil {
 				return nil, err
 			}
 			continue
-		}
-		if pred != nil {
-			l.tracef("wait for %s", strings.TrimPrefix(pred.Key, l.queuePrefix()))
-			if err := l.waitChange(ctx, pred); err != nil {
-				if err := retry(err); err != nil {
-					return nil, err
-				}
-			}
+		case err == nil:
 			continue
 		}
-		l.tracef("head")
-		h, err := l.acquireAsHead(ctx, qkey)
-		if err != nil {
+		if !api.IsRetryable(err) || ctx.Err() != nil {
 			return nil, err
 		}
-		return h, nil
+		errs++
+		if err := sleep(ctx, l.s.clk, backoff(errs)); err != nil {
+			return nil, err
+		}
 	}
 }
 
-// predecessor reads the queue and returns the live entry just before ours,
-// nil if we are at the head. It puts our entry back if it is missing, and
-// deletes entries whose session died.
-func (l *Lock) predecessor(ctx context.Context, qkey string) (*api.KVPair, error) {
+// readQueue reads the key and its queue in one request and returns the
+// key (nil if absent) and the live entry just before ours (nil if we are
+// at the head). It puts our entry back if it is missing, and deletes
+// entries whose session died.
+func (l *Lock) readQueue(ctx context.Context, qkey string) (key, pred *api.KVPair, err error) {
 	for attempt := 0; ; attempt++ {
-		pairs, _, err := l.kv.List(ctx, l.queuePrefix(), nil)
+		// A prefix read of the key covers the key and its queue (and keys
+		// that merely start with the same characters, which are skipped).
+		pairs, _, err := l.kv.List(ctx, l.key, nil)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		key = nil
 		var own *api.KVPair
 		live := make([]*api.KVPair, 0, len(pairs))
 		for _, p := range pairs {
 			switch {
+			case p.Key == l.key:
+				key = p
+			case !strings.HasPrefix(p.Key, l.queuePrefix()):
 			case p.Key == qkey:
 				own = p
 			case p.Session == "":
@@ -341,20 +420,20 @@ func (l *Lock) predecessor(ctx context.Context, qkey string) (*api.KVPair, error
 		}
 		if own == nil || own.Session != l.s.id {
 			if attempt > 0 {
-				return nil, fmt.Errorf("recipe: our entry in the queue of %q keeps disappearing", l.key)
+				return nil, nil, fmt.Errorf("recipe: our entry in the queue of %q keeps disappearing", l.key)
 			}
 			if err := l.joinQueue(ctx, qkey); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			continue
 		}
-		var pred *api.KVPair
+		pred = nil
 		for _, p := range live {
 			if before(p, own) && (pred == nil || before(pred, p)) {
 				pred = p
 			}
 		}
-		return pred, nil
+		return key, pred, nil
 	}
 }
 
@@ -366,123 +445,162 @@ func before(a, b *api.KVPair) bool {
 	return a.Key < b.Key
 }
 
-// waitChange blocks until entry p is deleted, replaced, or loses its
-// session.
-func (l *Lock) waitChange(ctx context.Context, p *api.KVPair) error {
+// waitChange blocks until queue entry p changes in any way: deleted,
+// replaced, its session gone, or marked as holding. It returns the entry
+// as it is then (nil if deleted) and the index at which it changed.
+func (l *Lock) waitChange(ctx context.Context, p *api.KVPair) (*api.KVPair, uint64, error) {
 	idx := p.ModifyIndex
 	for {
 		cur, qm, err := l.kv.Get(ctx, p.Key, &api.QueryOptions{WaitIndex: idx})
 		if err != nil {
-			return err
+			return nil, 0, err
 		}
-		if cur == nil || cur.Session == "" || cur.CreateIndex != p.CreateIndex || cur.Session != p.Session {
-			return nil
+		if cur == nil {
+			return nil, qm.LastIndex, nil
+		}
+		if cur.ModifyIndex != p.ModifyIndex || cur.Session != p.Session {
+			return cur, cur.ModifyIndex, nil
 		}
 		idx = nextIndex(idx, qm.LastIndex)
 	}
 }
 
-// acquireAsHead takes the lock key once it is free; we are at the head of
-// the queue, so no other holdfast waiter is looking at it.
-func (l *Lock) acquireAsHead(ctx context.Context, qkey string) (*Hold, error) {
-	var (
-		idx     uint64 // blocking index on the key; 0 reads at once
-		errs    int
-		refused int // refusals on a free key with no lock-delay said
-	)
-	for {
-		p, qm, err := l.kv.Get(ctx, l.key, &api.QueryOptions{WaitIndex: idx})
-		if err != nil {
-			if !api.IsRetryable(err) || ctx.Err() != nil {
-				return nil, err
-			}
-			errs++
-			if err := sleep(ctx, l.s.clk, backoff(errs)); err != nil {
-				return nil, err
-			}
-			idx = 0
-			continue
-		}
-		errs = 0
-		if p != nil && p.Flags != LockFlagValue {
+// takeWhenFree waits for the key to be free and takes it. key is the key
+// as last read (nil if absent). It returns errAgain when the queue must be
+// read again: the key was taken by someone else first, or a lock-delay was
+// waited out.
+func (l *Lock) takeWhenFree(ctx context.Context, qkey string, key *api.KVPair) (*Hold, error) {
+	for key != nil && key.Session != "" && key.Session != l.s.id {
+		if key.Flags != LockFlagValue {
 			return nil, ErrLockConflict
 		}
-		if p != nil && p.Session != "" && p.Session != l.s.id {
-			l.tracef("held by %s", p.Session)
-			idx = nextIndex(idx, qm.LastIndex)
-			refused = 0
-			continue
-		}
-		if refused > 0 {
-			// Refused on a free key without being told why: a lock-delay
-			// on a server that does not say how long.
-			if err := sleep(ctx, l.s.clk, backoff(refused)); err != nil {
-				return nil, err
-			}
-		}
-		h, delay, err := l.acquire(ctx, qkey)
+		l.tracef("held by %s", key.Session)
+		// Block on the key itself: among holdfast waiters only we do.
+		p, qm, err := l.kv.Get(ctx, l.key, &api.QueryOptions{WaitIndex: key.ModifyIndex})
 		if err != nil {
 			return nil, err
 		}
-		if h != nil {
-			return h, nil
+		if p != nil && p.ModifyIndex == key.ModifyIndex && qm.LastIndex >= key.ModifyIndex {
+			continue // the wait ran out; nothing changed
 		}
-		idx = 0
-		if delay > 0 {
-			t := l.s.clk.NewTimer(delay)
-			l.tracef("lock-delay %v", delay)
-			select {
-			case <-t.C():
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
-			}
-			continue
-		}
-		refused++
+		key = p
 	}
+	if key != nil && key.Flags != LockFlagValue {
+		return nil, ErrLockConflict
+	}
+	return l.takeFrom(ctx, qkey, key)
 }
 
-// acquire tries once to lock the key. It returns the hold, or nil and the
-// lock-delay the server said remains (0 if it said nothing).
-func (l *Lock) acquire(ctx context.Context, qkey string) (*Hold, time.Duration, error) {
+// takeFrom takes the key on condition that it is as last seen: absent if
+// key is nil, else unchanged since key.ModifyIndex. It returns errAgain
+// when the queue must be read again: the key changed first, or a
+// lock-delay was waited out.
+func (l *Lock) takeFrom(ctx context.Context, qkey string, key *api.KVPair) (*Hold, error) {
+	h, delay, err := l.take(ctx, qkey, key)
+	switch {
+	case err != nil:
+		return nil, err
+	case h != nil:
+		return h, nil
+	case delay > 0:
+		t := l.s.clk.NewTimer(delay)
+		l.tracef("lock-delay %v", delay)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+	return nil, errAgain
+}
+
+// take tries once to lock the key, which was last read as key (nil:
+// absent) and looked free. It is one transaction: the key must be
+// unchanged since that read (so a key that stopped being a lock is never
+// overwritten), it is locked, and our queue entry, if any, is marked as
+// holding, which wakes the waiter behind us so that it moves on to
+// watching the key. It returns the hold; or nil and the lock-delay the
+// server said remains; or nil, 0 and errDelayUnsaid for a lock-delay of
+// unknown length; or nil, 0, nil when the key changed first.
+func (l *Lock) take(ctx context.Context, qkey string, key *api.KVPair) (*Hold, time.Duration, error) {
 	// The hold is judged by the trust the session had before the
 	// acquire was sent: a Suspended in between loses it at once.
 	untrusted := l.s.Untrusted()
+	ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: l.key}}}
+	if key != nil {
+		ops = api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: l.key, Index: key.ModifyIndex}}}
+	}
+	ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{
+		Verb: api.KVLock, Key: l.key, Session: l.s.id, Flags: LockFlagValue, Value: l.value,
+	}})
+	if qkey != "" {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{
+			Verb: api.KVLock, Key: qkey, Session: l.s.id, Flags: LockFlagValue, Value: []byte("holding"),
+		}})
+	}
+	ok, resp, _, err := l.s.c.Txn().Txn(ctx, ops, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	if ok {
+		var got *api.KVPair
+		for _, r := range resp.Results {
+			if r.KV != nil && r.KV.Key == l.key {
+				got = r.KV // the last one is the lock's
+			}
+		}
+		if got == nil || got.Session != l.s.id {
+			return nil, 0, fmt.Errorf("recipe: locking %q: the server's answer does not show the lock", l.key)
+		}
+		return l.newHold(ctx, qkey, got.LockIndex, got.ModifyIndex, untrusted), 0, nil
+	}
+	delayed := false
+	for _, e := range resp.Errors {
+		delayed = delayed || strings.Contains(e.What, "lock delay")
+	}
+	if !delayed {
+		return nil, 0, nil // the key changed since we read it
+	}
+	// Refused for a lock-delay. Only a plain acquire says how long it has
+	// to run (and it may succeed, if the delay just ended).
 	ok, wm, err := l.kv.Acquire(ctx, &api.KVPair{Key: l.key, Session: l.s.id, Flags: LockFlagValue, Value: l.value}, nil)
 	if err != nil {
 		return nil, 0, err
 	}
 	if !ok {
-		if wm != nil {
+		if wm != nil && wm.LockDelayRemaining > 0 {
 			return nil, wm.LockDelayRemaining, nil
 		}
-		return nil, 0, nil
+		return nil, 0, errDelayUnsaid
 	}
-	// Learn the hold's LockIndex. Nobody else can have acquired the key
-	// since, unless someone released it behind our back; the monitor then
-	// reports the hold lost right away.
-	p, qm, err := l.kv.Get(ctx, l.key, &api.QueryOptions{RequireConsistent: true})
+	p, _, err := l.kv.Get(ctx, l.key, &api.QueryOptions{RequireConsistent: true})
 	if err != nil {
 		return nil, 0, err
 	}
-	h := &Hold{l: l, queue: qkey, lost: make(chan struct{}), monitor: make(chan struct{})}
-	var idx uint64
-	if p != nil && p.Session == l.s.id {
-		h.seq = Sequencer{Key: l.key, Session: l.s.id, LockIndex: p.LockIndex}
-		idx = qm.LastIndex
-	} else {
-		h.seq = Sequencer{Key: l.key, Session: l.s.id}
-		h.markLost(ErrKeyChanged)
+	if p == nil || p.Session != l.s.id {
+		return nil, 0, nil
 	}
-	l.tracef("acquired %d", h.seq.LockIndex)
+	if qkey != "" {
+		l.kv.Acquire(ctx, &api.KVPair{Key: qkey, Session: l.s.id, Flags: LockFlagValue, Value: []byte("holding")}, nil)
+	}
+	return l.newHold(ctx, qkey, p.LockIndex, p.ModifyIndex, untrusted), 0, nil
+}
+
+// newHold records a hold and starts watching it from index idx.
+func (l *Lock) newHold(ctx context.Context, qkey string, lockIndex, idx uint64, untrusted <-chan struct{}) *Hold {
+	h := &Hold{
+		l: l, queue: qkey, lost: make(chan struct{}), monitor: make(chan struct{}),
+		seq: Sequencer{Key: l.key, Session: l.s.id, LockIndex: lockIndex},
+	}
+	l.tracef("acquired %d", lockIndex)
 	l.mu.Lock()
 	l.hold = h
 	l.mu.Unlock()
 	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h.stop = cancel
 	go h.watch(mctx, idx, untrusted)
-	return h, 0, nil
+	return h
 }
 
 // watch closes Lost when the hold is lost. It stops when ctx is cancelled
@@ -535,13 +653,14 @@ func (h *Hold) watch(ctx context.Context, idx uint64, untrusted <-chan struct{})
 	}
 }
 
-// Unlock gives the hold up: it releases the key with a fenced release
-// (naming the hold's LockIndex, so that it can never free a later hold)
-// and leaves the queue. Call it also after the hold was lost: the server
-// may still have the key locked by the session, and the queue entry keeps
-// the next waiter waiting. It returns ErrLockNotHeld if the hold was
-// already given up. A release refused because the hold was no longer
-// current is not an error.
+// Unlock gives the hold up: in one transaction it releases the key,
+// naming the hold's LockIndex (a fenced release, which can never free a
+// later hold of the same session), and leaves the queue; the waiter
+// behind, which watches the key, wakes knowing it is next. Call Unlock
+// also after the hold was lost: the server may still have the key locked
+// by the session, and the queue entry keeps the next waiter waiting. It
+// returns ErrLockNotHeld if the hold was already given up. A release
+// refused because the hold was no longer current is not an error.
 func (h *Hold) Unlock(ctx context.Context) error {
 	h.mu.Lock()
 	if h.released {
@@ -555,26 +674,42 @@ func (h *Hold) Unlock(ctx context.Context) error {
 	h.markLost(ErrReleased)
 
 	l := h.l
-	var firstErr error
-	if h.seq.LockIndex > 0 {
-		_, _, err := l.kv.ReleaseFenced(ctx, &api.KVPair{
-			Key: l.key, Session: h.seq.Session, Flags: LockFlagValue, Value: l.value,
-		}, h.seq.LockIndex, nil)
-		if err != nil {
-			firstErr = fmt.Errorf("recipe: releasing %q: %w", l.key, err)
+	defer func() {
+		l.mu.Lock()
+		if l.hold == h {
+			l.hold = nil
 		}
-	}
+		l.mu.Unlock()
+	}()
+	ops := api.TxnOps{{KV: &api.KVTxnOp{
+		Verb: api.KVUnlock, Key: l.key, Session: h.seq.Session, LockIndex: h.seq.LockIndex,
+		Flags: LockFlagValue, Value: l.value,
+	}}}
 	if h.queue != "" {
-		if _, err := l.kv.Delete(ctx, h.queue, nil); err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("recipe: leaving the queue of %q: %w", l.key, err)
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: h.queue}})
+	}
+	ok, _, _, err := l.s.c.Txn().Txn(ctx, ops, nil)
+	var se *api.StatusError
+	if errors.As(err, &se) && se.Code/100 == 4 {
+		// A server that does not take a fenced unlock in a transaction
+		// (Consul): a fenced release (which Consul treats as a plain
+		// one) and then leave the queue.
+		if _, _, err := l.kv.ReleaseFenced(ctx, &api.KVPair{
+			Key: l.key, Session: h.seq.Session, Flags: LockFlagValue, Value: l.value,
+		}, h.seq.LockIndex, nil); err != nil {
+			return fmt.Errorf("recipe: releasing %q: %w", l.key, err)
+		}
+		ok = false
+	} else if err != nil {
+		return fmt.Errorf("recipe: releasing %q: %w", l.key, err)
+	}
+	if !ok && h.queue != "" {
+		// Not (or no longer) ours to release; leave the queue anyway.
+		if _, err := l.kv.Delete(ctx, h.queue, nil); err != nil {
+			return fmt.Errorf("recipe: leaving the queue of %q: %w", l.key, err)
 		}
 	}
-	l.mu.Lock()
-	if l.hold == h {
-		l.hold = nil
-	}
-	l.mu.Unlock()
-	return firstErr
+	return nil
 }
 
 // ErrLockInUse is returned by Destroy while the key is held.
