@@ -679,3 +679,39 @@ func TestLockInteropConsul(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStaleUnlockOfTheSameSession: a hold lost to an operator's release,
+// then taken again by the same session, is not freed by the old hold's
+// Unlock: the release names the old LockIndex.
+func TestStaleUnlockOfTheSameSession(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	s := lockSession(t, srv, nil)
+	old, err := mustLock(t, s, "k", nil).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := srv.c.KV().Release(ctx, &api.KVPair{Key: "k", Session: s.ID(), Flags: LockFlagValue}, nil); err != nil || !ok {
+		t.Fatalf("operator release: %v %v", ok, err)
+	}
+	<-old.Lost()
+	cur, err := mustLock(t, s, "k", nil).TryLock(ctx)
+	if err != nil || cur.Sequencer().LockIndex != 2 {
+		t.Fatalf("again: %v %v", cur, err)
+	}
+	if err := old.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, err := srv.c.KV().Fence(ctx, cur.Sequencer(), nil); err != nil || !st.Valid {
+		t.Fatalf("the stale Unlock freed the current hold: %+v %v", st, err)
+	}
+	if keys, _, _ := srv.c.KV().Keys(ctx, "k/", "", nil); len(keys) != 0 {
+		t.Fatalf("queue left behind: %v", keys)
+	}
+	if err := cur.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := srv.c.KV().Get(ctx, "k", nil); p == nil || p.Session != "" {
+		t.Fatalf("after the current Unlock: %+v", p)
+	}
+}
