@@ -94,6 +94,7 @@ var lattice = map[string][]string{
 
 	// Benchmarks and load generators may drive anything.
 	"bench/...": {
+		"bench/...",
 		"api",
 		"api/recipe",
 		"clock",
