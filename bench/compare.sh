@@ -288,6 +288,10 @@ run_one() {
 	fi
 	local cmd=("$TMP/peers" -target "$t")
 	[[ $t == holdfast ]] && cmd=("$TMP/loadgen")
+	# Each target contends for a lock with its own standard recipe: ZooKeeper's
+	# and etcd's queue their waiters, and so does holdfast's api/recipe.Lock
+	# (HF_LOCK_CLIENT=consul measures the racing style of Consul's Go client).
+	if [[ $t == holdfast && $w == lock-contend ]]; then extra+=(-lock-client "${HF_LOCK_CLIENT:-recipe}"); fi
 	local limit=$(($(secs "$dur") + 900))
 	line=$(timeout --kill-after=10 "$limit" "${cmd[@]}" -addr "$addr" -workload "$w" -duration "$dur" \
 		-clients "$CLIENTS" -pid "${PID[$t]}" -quiet "${extra[@]}" 2>>"$TMP/errors.log" | grep '^result ' || true)

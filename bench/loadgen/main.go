@@ -33,7 +33,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg.Register(fs, 100_000)
 	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:8500", "server HTTP address (host:port or URL)")
 	fs.StringVar(&cfg.Target, "name", "holdfast", "target name printed in the result")
+	fs.StringVar(&lockClient, "lock-client", "consul", "lock-contend: consul (every waiter races an acquire on each release, as Consul's Go client does) or recipe (holdfast's fair queue, api/recipe.Lock)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if lockClient != "consul" && lockClient != "recipe" {
+		fmt.Fprintln(stderr, "loadgen: -lock-client must be consul or recipe")
 		return 2
 	}
 	if err := cfg.Check(); err != nil {
@@ -45,6 +50,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runWorkload(ctx, &cfg, el, pw)
 		})
 }
+
+// lockClient selects how lock-contend contends (-lock-client).
+var lockClient = "consul"
 
 // bench carries what every workload needs.
 type bench struct {
@@ -74,6 +82,9 @@ func runWorkload(ctx context.Context, cfg *loadkit.Config, el *loadkit.ErrLog, p
 	case loadkit.WorkloadLockOwn:
 		return b.lockOwn(ctx)
 	case loadkit.WorkloadLockContend:
+		if lockClient == "recipe" {
+			return b.lockContendRecipe(ctx)
+		}
 		return b.lockContend(ctx)
 	case loadkit.WorkloadPut:
 		return b.put(ctx)
