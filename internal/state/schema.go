@@ -88,6 +88,54 @@ func (sessionCheckIndex) FromArgs(args ...interface{}) ([]byte, error) {
 
 func str(field string) memdb.Indexer { return &memdb.StringFieldIndex{Field: field} }
 
+// strField indexes a string field of *T exactly as memdb.StringFieldIndex
+// (without Lowercase) does: the value plus a null terminator, an empty value
+// not indexed, prefix queries without the terminator. It reads the field
+// through get instead of reflection, which StringFieldIndex pays on every
+// insert and delete; use it for the tables every write touches.
+type strField[T any] struct {
+	get func(*T) string
+}
+
+// FromObject implements memdb.SingleIndexer.
+func (s strField[T]) FromObject(obj interface{}) (bool, []byte, error) {
+	o, ok := obj.(*T)
+	if !ok {
+		return false, nil, fmt.Errorf("state: string index on %T", obj)
+	}
+	v := s.get(o)
+	if v == "" {
+		return false, nil, nil
+	}
+	b := make([]byte, len(v)+1)
+	copy(b, v)
+	return true, b, nil
+}
+
+// FromArgs implements memdb.Indexer: one string.
+func (s strField[T]) FromArgs(args ...interface{}) ([]byte, error) {
+	if len(args) != 1 {
+		return nil, fmt.Errorf("must provide only a single argument")
+	}
+	arg, ok := args[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("argument must be a string: %#v", args[0])
+	}
+	b := make([]byte, len(arg)+1)
+	copy(b, arg)
+	return b, nil
+}
+
+// PrefixFromArgs implements memdb.PrefixIndexer: FromArgs without the
+// terminator.
+func (s strField[T]) PrefixFromArgs(args ...interface{}) ([]byte, error) {
+	b, err := s.FromArgs(args...)
+	if err != nil {
+		return nil, err
+	}
+	return b[:len(b)-1], nil
+}
+
 func compound(fields ...string) memdb.Indexer {
 	ix := make([]memdb.Indexer, len(fields))
 	for i, f := range fields {
@@ -113,11 +161,14 @@ func schema() *memdb.DBSchema {
 		return &memdb.TableSchema{Name: name, Indexes: m}
 	}
 	tables := []*memdb.TableSchema{
-		t(tabIndex, idIndex(str("Key"))),
-		t(tabKVs, idIndex(str("Key")), optIndex("session", str("Session"))),
+		t(tabIndex, idIndex(strField[indexEntry]{func(e *indexEntry) string { return e.Key }})),
+		t(tabKVs, idIndex(strField[DirEntry]{func(e *DirEntry) string { return e.Key }}),
+			optIndex("session", strField[DirEntry]{func(e *DirEntry) string { return e.Session }})),
 		t(tabTombstones, idIndex(str("Key"))),
 		t(tabDelays, idIndex(str("Key"))),
-		t(tabSessions, idIndex(str("ID")), optIndex("node", str("Node")), optIndex("check", sessionCheckIndex{})),
+		t(tabSessions, idIndex(strField[Session]{func(s *Session) string { return s.ID }}),
+			optIndex("node", strField[Session]{func(s *Session) string { return s.Node }}),
+			optIndex("check", sessionCheckIndex{})),
 		t(tabNodes, idIndex(str("Node"))),
 		t(tabServices, idIndex(compound("Node", "ID")),
 			optIndex("node", str("Node")),
