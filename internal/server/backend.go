@@ -88,7 +88,13 @@ func (s *Server) KVS(ctx context.Context, req *state.KVRequest) (bool, time.Dura
 func (s *Server) refuseEarly(req *state.KVRequest) (bool, time.Duration, error) {
 	st := s.State()
 	e := &req.Entry
-	_, cur := st.KVGet(nil, e.Key)
+	var cur *state.DirEntry
+	switch req.Op {
+	case state.OpLock, state.OpCAS, state.OpUnlock, state.OpDeleteCAS:
+		// Only these ops decide on the current entry; a plain set or
+		// delete is never refused here, so it skips the lookup.
+		_, cur = st.KVGet(nil, e.Key)
+	}
 	switch req.Op {
 	case state.OpLock:
 		if e.Session == "" {
