@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -198,7 +199,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // checkDatacenter refuses ?dc naming another datacenter: holdfast serves
 // one and does not forward.
 func (h *handler) checkDatacenter(r *http.Request) error {
-	dc := r.URL.Query().Get("dc")
+	dc := query(r).Get("dc")
 	if dc == "" || strings.EqualFold(dc, h.b.Datacenter()) {
 		return nil
 	}
@@ -229,8 +230,18 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 // wantPretty reports whether ?pretty was given.
 func wantPretty(r *http.Request) bool {
-	_, ok := r.URL.Query()["pretty"]
+	_, ok := query(r)["pretty"]
 	return ok
+}
+
+// query is r.URL.Query() without its cost for the common request that has
+// no query string: nil, which reads as the empty url.Values. Callers must
+// not write to the result.
+func query(r *http.Request) url.Values {
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	return r.URL.Query()
 }
 
 // writeJSON writes v as JSON with status 200: compact, or indented by four
@@ -238,7 +249,14 @@ func wantPretty(r *http.Request) bool {
 func writeJSON(w http.ResponseWriter, r *http.Request, v interface{}) error {
 	var buf []byte
 	var err error
-	if wantPretty(r) {
+	if b, ok := v.(bool); ok {
+		// What json.Marshal and json.MarshalIndent make of a bool, without
+		// their machinery: every KV write answers one.
+		buf = strconv.AppendBool(make([]byte, 0, 6), b)
+		if wantPretty(r) {
+			buf = append(buf, '\n')
+		}
+	} else if wantPretty(r) {
 		buf, err = json.MarshalIndent(v, "", "    ")
 		buf = append(buf, '\n')
 	} else {
@@ -276,7 +294,7 @@ func readBody(r *http.Request, max int64) ([]byte, error) {
 	if r.ContentLength > max {
 		return nil, tooLarge(r.ContentLength, max)
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	b, err := readAll(io.LimitReader(r.Body, max+1), r.ContentLength)
 	if err != nil {
 		return nil, invalidf("Failed to read request body: %v", err)
 	}
@@ -285,6 +303,30 @@ func readBody(r *http.Request, max int64) ([]byte, error) {
 			itoa(max) + " bytes. See " + maxSizeDoc + "."}
 	}
 	return b, nil
+}
+
+// readAll is io.ReadAll, but starts with room for a body of the declared
+// length n (and the read that finds its end) instead of growing from 512
+// bytes. n is -1 when the length is unknown. The caller has bounded n.
+func readAll(r io.Reader, n int64) ([]byte, error) {
+	size := 512
+	if n >= 0 {
+		size = int(n) + 1
+	}
+	b := make([]byte, 0, size)
+	for {
+		m, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+	}
 }
 
 const maxSizeDoc = "https://developer.hashicorp.com/docs/agent/config/config-files#kv_max_value_size"

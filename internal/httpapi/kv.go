@@ -173,7 +173,7 @@ func validateKey(key string) error {
 }
 
 func (h *handler) kvGet(w http.ResponseWriter, r *http.Request, key string) error {
-	q := r.URL.Query()
+	q := query(r)
 	ro, err := h.parseRead(q)
 	if err != nil {
 		return err
@@ -243,7 +243,7 @@ func (h *handler) kvGet(w http.ResponseWriter, r *http.Request, key string) erro
 }
 
 func (h *handler) kvPut(w http.ResponseWriter, r *http.Request, key string) error {
-	p, err := parseKV(http.MethodPut, key, r.URL.Query())
+	p, err := parseKV(http.MethodPut, key, query(r))
 	if err != nil {
 		return err
 	}
@@ -263,7 +263,7 @@ func (h *handler) kvPut(w http.ResponseWriter, r *http.Request, key string) erro
 }
 
 func (h *handler) kvDelete(w http.ResponseWriter, r *http.Request, key string) error {
-	p, err := parseKV(http.MethodDelete, key, r.URL.Query())
+	p, err := parseKV(http.MethodDelete, key, query(r))
 	if err != nil {
 		return err
 	}
