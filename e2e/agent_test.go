@@ -116,7 +116,7 @@ func launchAgent(t *testing.T, o agentOpts) *agent {
 	if o.raftAddr == "" {
 		o.raftAddr = freeAddr(t)
 	}
-	args := []string{"agent", "-http-addr", "127.0.0.1:0", "-server-addr", o.raftAddr, "-node", o.node, "-log-level", "debug"}
+	args := []string{"-server-addr", o.raftAddr}
 	if hasSerfAddr {
 		args = append(args, "-serf-addr", "127.0.0.1:0")
 	}
@@ -125,10 +125,24 @@ func launchAgent(t *testing.T, o agentOpts) *agent {
 	} else {
 		args = append(args, "-data-dir", o.dataDir)
 	}
-	a := &agent{t: t, node: o.node, raftAddr: o.raftAddr, dataDir: o.dataDir,
-		stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
-	a.cmd = exec.Command(binPath, args...)
-	a.cmd.Env = append(os.Environ(), "HOME="+t.TempDir()) // never the real home
+	a := launchWith(t, o.node, args...)
+	a.raftAddr, a.dataDir = o.raftAddr, o.dataDir
+	return a
+}
+
+// launchWith starts `holdfast agent` with args after the flags every test
+// agent gets (a free HTTP port, its node name, debug logs), and returns as
+// soon as it says where it listens. launchAgent uses it; tests
+// of gossip and client agents call it with their own flags.
+func launchWith(t *testing.T, node string, args ...string) *agent {
+	t.Helper()
+	if binPath == "" {
+		t.Skip("e2e tests do not run under -short")
+	}
+	all := append([]string{"agent", "-http-addr", "127.0.0.1:0", "-node", node, "-log-level", "debug"}, args...)
+	a := &agent{t: t, node: node, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	a.cmd = exec.Command(binPath, all...)
+	a.cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
 	a.cmd.SysProcAttr = procAttr()
 	a.cmd.Stderr = a.stderr
 	pipe, err := a.cmd.StdoutPipe()
@@ -144,7 +158,6 @@ func launchAgent(t *testing.T, o agentOpts) *agent {
 			t.Logf("agent %s stdout:\n%s\nstderr (last 4 KiB):\n%s", a.node, a.stdout.String(), tail(a.stderr.String(), 4096))
 		}
 	})
-
 	addrCh := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pipe)
@@ -161,7 +174,6 @@ func launchAgent(t *testing.T, o agentOpts) *agent {
 		a.waitErr = a.cmd.Wait()
 		close(a.done)
 	}()
-
 	select {
 	case a.httpAddr = <-addrCh:
 	case <-a.done:

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -32,61 +31,6 @@ func gossipProfile() string {
 }
 
 var gossipLine = regexp.MustCompile(`^\s*gossip:\s+(\S+)`)
-
-// launchWith starts `holdfast agent` with args after the flags every test
-// agent gets (a free HTTP port, its node name, debug logs), and returns as
-// soon as it says where it listens. It is launchAgent for agents that need
-// flags agentOpts has no field for (gossip, client mode).
-func launchWith(t *testing.T, node string, args ...string) *agent {
-	t.Helper()
-	if binPath == "" {
-		t.Skip("e2e tests do not run under -short")
-	}
-	all := append([]string{"agent", "-http-addr", "127.0.0.1:0", "-node", node, "-log-level", "debug"}, args...)
-	a := &agent{t: t, node: node, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
-	a.cmd = exec.Command(binPath, all...)
-	a.cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
-	a.cmd.SysProcAttr = procAttr()
-	a.cmd.Stderr = a.stderr
-	pipe, err := a.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.cmd.Start(); err != nil {
-		t.Fatalf("starting holdfast: %v", err)
-	}
-	t.Cleanup(func() {
-		a.kill()
-		if t.Failed() {
-			t.Logf("agent %s stdout:\n%s\nstderr (last 4 KiB):\n%s", a.node, a.stdout.String(), tail(a.stderr.String(), 4096))
-		}
-	})
-	addrCh := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		sent := false
-		for sc.Scan() {
-			line := sc.Text()
-			a.stdout.Write([]byte(line + "\n"))
-			if m := httpLine.FindStringSubmatch(line); m != nil && !sent {
-				addrCh <- m[1]
-				sent = true
-			}
-		}
-		io.Copy(io.Discard, pipe)
-		a.waitErr = a.cmd.Wait()
-		close(a.done)
-	}()
-	select {
-	case a.httpAddr = <-addrCh:
-	case <-a.done:
-		t.Fatalf("holdfast agent exited before saying where it listens: %v\nstdout:\n%s\nstderr:\n%s",
-			a.waitErr, a.stdout.String(), a.stderr.String())
-	case <-time.After(startTimeout):
-		t.Fatalf("holdfast agent did not say where it listens within %v; stdout:\n%s", startTimeout, a.stdout.String())
-	}
-	return a
-}
 
 // gossipAddr is the gossip address the agent printed.
 func (a *agent) gossipAddr() string {
