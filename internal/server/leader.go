@@ -177,6 +177,9 @@ func (s *Server) onSessionExpired(id string) {
 		defer s.wg.Done()
 		backoff := 100 * time.Millisecond
 		for attempt := 0; attempt < 8; attempt++ {
+			if _, sess := s.State().SessionGet(nil, id); sess == nil {
+				return // already invalidated another way (destroy, check, node)
+			}
 			_, err := s.apply(fsm.TypeSessionDestroy, fsm.SessionDestroy{ID: id})
 			if err == nil {
 				s.log.Debug("session expired", "session", id)
