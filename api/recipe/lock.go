@@ -141,36 +141,15 @@ func (l *Lock) Key() string { return l.key }
 // Session is the session the lock is held with.
 func (l *Lock) Session() *Session { return l.s }
 
-// Hold is one holding of a lock, from acquisition to Unlock.
-type Hold struct {
-	l     *Lock
-	seq   Sequencer
-	queue string // our queue entry, "" for TryLock
-	lost  chan struct{}
-
-	lostOnce sync.Once
-	stop     context.CancelFunc
-	monitor  chan struct{} // closed when the monitor has stopped
-
-	mu       sync.Mutex
-	released bool
-	why      error
-}
-
-// Sequencer names this hold; hand it to the resources the lock guards.
-func (h *Hold) Sequencer() Sequencer { return h.seq }
-
-// Lost is closed the moment the hold is lost: the key was released,
+// Hold is one holding of a lock, from acquisition to Unlock. Its Lost
+// channel is closed the moment the hold is lost: the key was released,
 // deleted or taken by another session, or the session's policy says its
 // holds are gone (Suspended under LoseOnSuspended, Lost under either). It
 // is also closed by Unlock.
-func (h *Hold) Lost() <-chan struct{} { return h.lost }
-
-// Err says why the hold was lost, nil while it is held.
-func (h *Hold) Err() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.why
+type Hold struct {
+	holding
+	l     *Lock
+	queue string // our queue entry, "" for TryLock
 }
 
 // Errors a Hold's Err may return.
@@ -179,15 +158,6 @@ var (
 	ErrUntrusted  = errors.New("recipe: the session can no longer be trusted")
 	ErrReleased   = errors.New("recipe: released")
 )
-
-func (h *Hold) markLost(why error) {
-	h.lostOnce.Do(func() {
-		h.mu.Lock()
-		h.why = why
-		h.mu.Unlock()
-		close(h.lost)
-	})
-}
 
 // Lock blocks until it holds the lock, ctx is done, or the session ends
 // (ErrSessionLost). See the type's comment for how it waits.
@@ -589,24 +559,19 @@ func (l *Lock) take(ctx context.Context, qkey string, key *api.KVPair) (*Hold, t
 
 // newHold records a hold and starts watching it from index idx.
 func (l *Lock) newHold(ctx context.Context, qkey string, lockIndex, idx uint64, untrusted <-chan struct{}) *Hold {
-	h := &Hold{
-		l: l, queue: qkey, lost: make(chan struct{}), monitor: make(chan struct{}),
-		seq: Sequencer{Key: l.key, Session: l.s.id, LockIndex: lockIndex},
-	}
+	h := &Hold{l: l, queue: qkey}
+	h.init(Sequencer{Key: l.key, Session: l.s.id, LockIndex: lockIndex})
 	l.tracef("acquired %d", lockIndex)
 	l.mu.Lock()
 	l.hold = h
 	l.mu.Unlock()
-	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	h.stop = cancel
-	go h.watch(mctx, idx, untrusted)
+	h.startMonitor(ctx, func(mctx context.Context) { h.watch(mctx, idx, untrusted) })
 	return h
 }
 
 // watch closes Lost when the hold is lost. It stops when ctx is cancelled
 // (Unlock).
 func (h *Hold) watch(ctx context.Context, idx uint64, untrusted <-chan struct{}) {
-	defer close(h.monitor)
 	l := h.l
 	go func() {
 		select {
@@ -662,16 +627,9 @@ func (h *Hold) watch(ctx context.Context, idx uint64, untrusted <-chan struct{})
 // returns ErrLockNotHeld if the hold was already given up. A release
 // refused because the hold was no longer current is not an error.
 func (h *Hold) Unlock(ctx context.Context) error {
-	h.mu.Lock()
-	if h.released {
-		h.mu.Unlock()
+	if !h.giveUp() {
 		return ErrLockNotHeld
 	}
-	h.released = true
-	h.mu.Unlock()
-	h.stop()
-	<-h.monitor
-	h.markLost(ErrReleased)
 
 	l := h.l
 	defer func() {

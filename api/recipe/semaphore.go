@@ -108,47 +108,17 @@ type semaphoreLock struct {
 	Holders map[string]bool
 }
 
-// Permit is one slot of a semaphore, from acquisition to Release.
+// Permit is one slot of a semaphore, from acquisition to Release. Its
+// Lost channel is closed the moment the permit is lost: the session's
+// holder entry left .lock (pruned after its contender key vanished, or
+// removed by someone), or the session's policy says its holds are gone.
+// Release closes it too. Its Sequencer is the .lock key, the session, and
+// the .lock key's ModifyIndex right after this permit was recorded in it:
+// a later permit has a larger index. The server's fence (api.KV.Fence)
+// checks lock holds, not permits, so a resource compares these itself.
 type Permit struct {
-	sem  *Semaphore
-	seq  Sequencer
-	lost chan struct{}
-
-	lostOnce sync.Once
-	stop     context.CancelFunc
-	monitor  chan struct{}
-
-	mu       sync.Mutex
-	released bool
-	why      error
-}
-
-// Sequencer names this permit: the .lock key, the session, and the .lock
-// key's ModifyIndex right after this permit was recorded in it. A later
-// permit has a larger index. The server's fence (api.KV.Fence) checks lock
-// holds, not permits, so a resource compares these itself.
-func (p *Permit) Sequencer() Sequencer { return p.seq }
-
-// Lost is closed the moment the permit is lost: the session's holder entry
-// left .lock (pruned after its contender key vanished, or removed by
-// someone), or the session's policy says its holds are gone. Release
-// closes it too.
-func (p *Permit) Lost() <-chan struct{} { return p.lost }
-
-// Err says why the permit was lost, nil while it is held.
-func (p *Permit) Err() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.why
-}
-
-func (p *Permit) markLost(why error) {
-	p.lostOnce.Do(func() {
-		p.mu.Lock()
-		p.why = why
-		p.mu.Unlock()
-		close(p.lost)
-	})
+	holding
+	sem *Semaphore
 }
 
 // Acquire blocks until it holds a permit, ctx is done, or the session ends
@@ -339,24 +309,17 @@ func (sem *Semaphore) wait(ctx context.Context, once bool) (*Permit, error) {
 }
 
 func (sem *Semaphore) granted(ctx context.Context, modifyIndex uint64, untrusted <-chan struct{}) *Permit {
-	p := &Permit{
-		sem:     sem,
-		seq:     Sequencer{Key: sem.lockKey(), Session: sem.s.id, LockIndex: modifyIndex},
-		lost:    make(chan struct{}),
-		monitor: make(chan struct{}),
-	}
+	p := &Permit{sem: sem}
+	p.init(Sequencer{Key: sem.lockKey(), Session: sem.s.id, LockIndex: modifyIndex})
 	sem.mu.Lock()
 	sem.permit = p
 	sem.mu.Unlock()
-	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p.stop = cancel
-	go p.watch(mctx, untrusted)
+	p.startMonitor(ctx, func(mctx context.Context) { p.watch(mctx, untrusted) })
 	return p
 }
 
 // watch closes Lost when the permit is lost; it stops at Release.
 func (p *Permit) watch(ctx context.Context, untrusted <-chan struct{}) {
-	defer close(p.monitor)
 	sem := p.sem
 	go func() {
 		select {
@@ -399,16 +362,9 @@ func (p *Permit) watch(ctx context.Context, untrusted <-chan struct{}) {
 // it also after the permit was lost. ErrSemaphoreNotHeld if already
 // released.
 func (p *Permit) Release(ctx context.Context) error {
-	p.mu.Lock()
-	if p.released {
-		p.mu.Unlock()
+	if !p.giveUp() {
 		return ErrSemaphoreNotHeld
 	}
-	p.released = true
-	p.mu.Unlock()
-	p.stop()
-	<-p.monitor
-	p.markLost(ErrReleased)
 
 	sem := p.sem
 	defer func() {
