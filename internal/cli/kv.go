@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/holdfast/holdfast/api"
@@ -184,16 +186,9 @@ func runKVGet(ctx context.Context, stdio Stdio, args []string) error {
 		return err
 	}
 
-	key := ""
-	switch rest := fs.Args(); len(rest) {
-	case 0:
-	case 1:
-		key = rest[0]
-	default:
-		return fail(stdio, fmt.Sprintf("Too many arguments (expected 1, got %d)", len(rest)))
-	}
-	if len(key) > 0 && key[0] == '/' {
-		key = key[1:]
+	key, err := keyArg(stdio, fs)
+	if err != nil {
+		return err
 	}
 	if key == "" && !(*recurse || *keys) {
 		return fail(stdio, "Error! Missing KEY argument")
@@ -319,16 +314,9 @@ func runKVDelete(ctx context.Context, stdio Stdio, args []string) error {
 		return err
 	}
 
-	key := ""
-	switch rest := fs.Args(); len(rest) {
-	case 0:
-	case 1:
-		key = rest[0]
-	default:
-		return fail(stdio, fmt.Sprintf("Too many arguments (expected 1, got %d)", len(rest)))
-	}
-	if len(key) > 0 && key[0] == '/' {
-		key = key[1:]
+	key, err := keyArg(stdio, fs)
+	if err != nil {
+		return err
 	}
 	if key == "" && !*recurse {
 		return fail(stdio, "Error! Missing KEY argument")
@@ -370,4 +358,17 @@ func runKVDelete(ctx context.Context, stdio Stdio, args []string) error {
 		say(stdio, "Success! Deleted key: "+key)
 	}
 	return nil
+}
+
+// keyArg returns the one optional KEY argument of kv get and kv delete,
+// without a leading slash ("" if none was given).
+func keyArg(stdio Stdio, fs *flag.FlagSet) (string, error) {
+	rest := fs.Args()
+	if len(rest) > 1 {
+		return "", fail(stdio, fmt.Sprintf("Too many arguments (expected 1, got %d)", len(rest)))
+	}
+	if len(rest) == 0 {
+		return "", nil
+	}
+	return strings.TrimPrefix(rest[0], "/"), nil
 }
