@@ -364,10 +364,7 @@ func (r *runner) showSession(id string) ([]string, error) {
 }
 
 func (r *runner) sessionInfo(c *command) ([]string, error) {
-	if err := checkArgs(c, 1, 1); err != nil {
-		return nil, err
-	}
-	id, err := r.session(c.pos[0])
+	id, err := r.sessionArg(c, 1, 1, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -403,10 +400,7 @@ func (r *runner) sessionList(c *command) ([]string, error) {
 }
 
 func (r *runner) sessionRenew(c *command) ([]string, error) {
-	if err := checkArgs(c, 1, 1); err != nil {
-		return nil, err
-	}
-	id, err := r.session(c.pos[0])
+	id, err := r.sessionArg(c, 1, 1, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -428,28 +422,18 @@ func (r *runner) sessionRenew(c *command) ([]string, error) {
 }
 
 func (r *runner) sessionDestroy(c *command) ([]string, error) {
-	if err := checkArgs(c, 1, 1); err != nil {
-		return nil, err
-	}
-	id, err := r.session(c.pos[0])
+	id, err := r.sessionArg(c, 1, 1, 0)
 	if err != nil {
 		return nil, err
 	}
-	rp, err := r.do("PUT", "/v1/session/destroy/"+id, nil, nil)
-	if err != nil {
-		return nil, err
-	}
-	return plain(rp), nil
+	return r.doPlain("PUT", "/v1/session/destroy/"+id, nil, nil)
 }
 
 // waitSessionGone blocks, with blocking queries on the session, until it
 // no longer exists. It gives up after requestTimeout of real time and says
 // so in its output, which then fails the transcript.
 func (r *runner) waitSessionGone(c *command) ([]string, error) {
-	if err := checkArgs(c, 1, 1); err != nil {
-		return nil, err
-	}
-	id, err := r.session(c.pos[0])
+	id, err := r.sessionArg(c, 1, 1, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -499,11 +483,7 @@ func (r *runner) kvPut(c *command) ([]string, error) {
 			q.Set(name, v)
 		}
 	}
-	rp, err := r.do("PUT", kvPath(c.pos[0]), q, []byte(posOr(c, 1, "value")))
-	if err != nil {
-		return nil, err
-	}
-	return plain(rp), nil
+	return r.doPlain("PUT", kvPath(c.pos[0]), q, []byte(posOr(c, 1, "value")))
 }
 
 func (r *runner) kvAcquire(c *command) ([]string, error) {
@@ -549,11 +529,7 @@ func (r *runner) kvRelease(c *command) ([]string, error) {
 			q.Set(name, v)
 		}
 	}
-	rp, err := r.do("PUT", kvPath(c.pos[0]), q, []byte(posOr(c, 2, "value")))
-	if err != nil {
-		return nil, err
-	}
-	return plain(rp), nil
+	return r.doPlain("PUT", kvPath(c.pos[0]), q, []byte(posOr(c, 2, "value")))
 }
 
 func (r *runner) kvGet(c *command) ([]string, error) {
@@ -619,29 +595,18 @@ func (r *runner) kvDelete(c *command) ([]string, error) {
 	} else if v != "" {
 		q.Set("cas", v)
 	}
-	rp, err := r.do("DELETE", kvPath(c.pos[0]), q, nil)
-	if err != nil {
-		return nil, err
-	}
-	return plain(rp), nil
+	return r.doPlain("DELETE", kvPath(c.pos[0]), q, nil)
 }
 
 func (r *runner) kvDeleteTree(c *command) ([]string, error) {
 	if err := checkArgs(c, 1, 1); err != nil {
 		return nil, err
 	}
-	rp, err := r.do("DELETE", kvPath(c.pos[0]), url.Values{"recurse": {""}}, nil)
-	if err != nil {
-		return nil, err
-	}
-	return plain(rp), nil
+	return r.doPlain("DELETE", kvPath(c.pos[0]), url.Values{"recurse": {""}}, nil)
 }
 
 func (r *runner) fence(c *command) ([]string, error) {
-	if err := checkArgs(c, 3, 3); err != nil {
-		return nil, err
-	}
-	id, err := r.session(c.pos[1])
+	id, err := r.sessionArg(c, 3, 3, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -800,11 +765,7 @@ func (r *runner) catalogRegister(c *command) ([]string, error) {
 		body["Check"] = chk
 	}
 	raw, _ := json.Marshal(body)
-	rp, err := r.do("PUT", "/v1/catalog/register", nil, raw)
-	if err != nil {
-		return nil, err
-	}
-	return plain(rp), nil
+	return r.doPlain("PUT", "/v1/catalog/register", nil, raw)
 }
 
 func (r *runner) catalogDeregister(c *command) ([]string, error) {
@@ -816,11 +777,7 @@ func (r *runner) catalogDeregister(c *command) ([]string, error) {
 		body["CheckID"] = id
 	}
 	raw, _ := json.Marshal(body)
-	rp, err := r.do("PUT", "/v1/catalog/deregister", nil, raw)
-	if err != nil {
-		return nil, err
-	}
-	return plain(rp), nil
+	return r.doPlain("PUT", "/v1/catalog/deregister", nil, raw)
 }
 
 // ---- time ----
@@ -835,4 +792,22 @@ func (r *runner) advance(c *command) ([]string, error) {
 	}
 	r.srv.Clock.Advance(d)
 	return []string{"now +" + r.srv.Clock.Now().Sub(servertest.Epoch).String()}, nil
+}
+
+// doPlain makes a request and prints its answer plainly.
+func (r *runner) doPlain(method, path string, q url.Values, body []byte) ([]string, error) {
+	rp, err := r.do(method, path, q, body)
+	if err != nil {
+		return nil, err
+	}
+	return plain(rp), nil
+}
+
+// sessionArg checks c has between min and max positional arguments and
+// resolves the $name at position i to a session ID.
+func (r *runner) sessionArg(c *command, min, max, i int) (string, error) {
+	if err := checkArgs(c, min, max); err != nil {
+		return "", err
+	}
+	return r.session(c.pos[i])
 }
