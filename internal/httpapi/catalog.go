@@ -91,11 +91,8 @@ func (h *handler) catalogNodes(w http.ResponseWriter, r *http.Request, _ string)
 	if err != nil {
 		return err
 	}
-	var nodes []*state.Node
-	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
-		idx, ns := s.Nodes(ws)
-		nodes = ns
-		return idx, true
+	nodes, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.Node) {
+		return s.Nodes(ws)
 	})
 	if err != nil {
 		return err
@@ -167,11 +164,8 @@ func (h *handler) healthNode(w http.ResponseWriter, r *http.Request, name string
 	if name == "" {
 		return invalidf("Missing node name")
 	}
-	var checks []*state.HealthCheck
-	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
-		idx, cs := s.NodeChecks(ws, name)
-		checks = cs
-		return idx, true
+	checks, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.HealthCheck) {
+		return s.NodeChecks(ws, name)
 	})
 	if err != nil {
 		return err

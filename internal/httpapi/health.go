@@ -67,11 +67,8 @@ func (h *handler) healthService(w http.ResponseWriter, r *http.Request, name str
 	if err != nil {
 		return err
 	}
-	var csn []*state.CheckServiceNode
-	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
-		idx, x := s.CheckServiceNodes(ws, name)
-		csn = x
-		return idx, true
+	csn, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.CheckServiceNode) {
+		return s.CheckServiceNodes(ws, name)
 	})
 	if err != nil {
 		return err
@@ -102,11 +99,8 @@ func (h *handler) healthChecks(w http.ResponseWriter, r *http.Request, name stri
 	if err := refuseFilter(r); err != nil {
 		return err
 	}
-	var checks []*state.HealthCheck
-	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
-		idx, cs := s.ServiceChecks(ws, name)
-		checks = cs
-		return idx, true
+	checks, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.HealthCheck) {
+		return s.ServiceChecks(ws, name)
 	})
 	if err != nil {
 		return err
@@ -131,11 +125,8 @@ func (h *handler) healthState(w http.ResponseWriter, r *http.Request, st string)
 	if err := refuseFilter(r); err != nil {
 		return err
 	}
-	var checks []*state.HealthCheck
-	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
-		idx, cs := s.ChecksInState(ws, st)
-		checks = cs
-		return idx, true
+	checks, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.HealthCheck) {
+		return s.ChecksInState(ws, st)
 	})
 	if err != nil {
 		return err

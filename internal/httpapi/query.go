@@ -54,11 +54,8 @@ func (h *handler) queryList(w http.ResponseWriter, r *http.Request, _ string) er
 	if err != nil {
 		return err
 	}
-	var list []*state.PreparedQuery
-	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
-		idx, qs := s.QueryList(ws)
-		list = qs
-		return idx, true
+	list, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.PreparedQuery) {
+		return s.QueryList(ws)
 	})
 	if err != nil {
 		return err

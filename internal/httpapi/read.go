@@ -94,7 +94,6 @@ func (h *handler) read(w http.ResponseWriter, r *http.Request, ro *readOpts, eva
 	}
 	ctx := r.Context()
 	var index uint64
-	var wasFound bool
 	q := func(ws watch.Set) (uint64, bool, error) {
 		if ro.mode == modeConsistent {
 			if err := h.b.ConsistentRead(ctx); err != nil {
@@ -103,13 +102,7 @@ func (h *handler) read(w http.ResponseWriter, r *http.Request, ro *readOpts, eva
 		}
 		idx, found := eval(h.b.State(), ws)
 		index = idx
-		// Only an object that is *still* missing may be re-baselined by
-		// watch.Block; one that existed at the previous evaluation and is
-		// gone now is a change the client must see (a deleted lock key, a
-		// destroyed session), so report it as found.
-		report := found || wasFound
-		wasFound = found
-		return idx, report, nil
+		return idx, found, nil
 	}
 	wo := watch.Options{MinIndex: ro.index}
 	if ro.index > 0 {
@@ -139,4 +132,16 @@ func (h *handler) setReadHeaders(w http.ResponseWriter, index uint64, mode strin
 	hd.Set("X-Consul-KnownLeader", strconv.FormatBool(known))
 	hd.Set("X-Consul-LastContact", strconv.FormatInt(last.Milliseconds(), 10))
 	hd.Set("X-Consul-Effective-Consistency", mode)
+}
+
+// readList runs a blocking read of something that always exists (a list,
+// a map: empty is an answer, not a 404) and returns its last evaluation.
+func readList[T any](h *handler, w http.ResponseWriter, r *http.Request, ro *readOpts, get func(*state.Store, watch.Set) (uint64, T)) (T, error) {
+	var out T
+	err := h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
+		idx, v := get(s, ws)
+		out = v
+		return idx, true
+	})
+	return out, err
 }

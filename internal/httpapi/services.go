@@ -17,11 +17,8 @@ func (h *handler) catalogServices(w http.ResponseWriter, r *http.Request, _ stri
 	if err := refuseFilter(r); err != nil {
 		return err
 	}
-	var svcs map[string][]string
-	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
-		idx, m := s.Services(ws)
-		svcs = m
-		return idx, true
+	svcs, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, map[string][]string) {
+		return s.Services(ws)
 	})
 	if err != nil {
 		return err
@@ -66,11 +63,8 @@ func (h *handler) catalogService(w http.ResponseWriter, r *http.Request, name st
 	if err := refuseFilter(r); err != nil {
 		return err
 	}
-	var sns []*state.ServiceNode
-	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
-		idx, x := s.ServiceNodes(ws, name)
-		sns = x
-		return idx, true
+	sns, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.ServiceNode) {
+		return s.ServiceNodes(ws, name)
 	})
 	if err != nil {
 		return err

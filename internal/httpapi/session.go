@@ -286,11 +286,8 @@ func (h *handler) sessionNode(w http.ResponseWriter, r *http.Request, node strin
 	if strings.TrimSpace(node) == "" {
 		return invalidf("Missing node name")
 	}
-	var list []*state.Session
-	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
-		idx, ss := s.NodeSessions(ws, node)
-		list = ss
-		return idx, true
+	list, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.Session) {
+		return s.NodeSessions(ws, node)
 	})
 	if err != nil {
 		return err
@@ -303,11 +300,8 @@ func (h *handler) sessionList(w http.ResponseWriter, r *http.Request, _ string) 
 	if err != nil {
 		return err
 	}
-	var list []*state.Session
-	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
-		idx, ss := s.SessionList(ws)
-		list = ss
-		return idx, true
+	list, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.Session) {
+		return s.SessionList(ws)
 	})
 	if err != nil {
 		return err
