@@ -42,6 +42,10 @@ func (b *Batch) at(idx uint64, now time.Time) *wtx {
 // Commit makes every command of the batch visible and wakes their watchers.
 func (b *Batch) Commit() { b.tx.Commit() }
 
+// Abort discards the batch. After Commit it does nothing, so it may be
+// deferred to release the store's writer lock on every way out.
+func (b *Batch) Abort() { b.tx.Abort() }
+
 // KVS is Store.KVS within the batch.
 func (b *Batch) KVS(idx uint64, now time.Time, req *KVRequest) (bool, error) {
 	return b.at(idx, now).kvs(req)
