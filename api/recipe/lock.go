@@ -18,6 +18,11 @@ const LockFlagValue uint64 = 0x2ddccbc058a50c18
 // QueueDir is the directory, under a lock's key, of its waiting queue.
 const QueueDir = ".queue"
 
+// The Flags of a queue entry: LockFlagValue while its waiter waits,
+// queueHolding once it holds the lock. The change of Flags (a write that
+// changes nothing is not a write) is what wakes the waiter behind.
+const queueHolding = LockFlagValue + 1
+
 // Errors of Lock.
 var (
 	// ErrLockHeld: this Lock already holds its key (Unlock first).
@@ -73,21 +78,32 @@ type LockOptions struct {
 // <key>/.queue/<session> with its session, so the entry dies with the
 // session (released or deleted with it). The queue's order is the
 // entries' CreateIndex, the server's global index at creation, hence
-// arrival order. A waiter sleeps on one key only, the entry of the live
+// arrival order. A waiter sleeps on one key only: the entry of the live
 // waiter just before it (its predecessor), as etcd's mutex waits on its
-// predecessor's key; the head of the queue, when the lock is held by
-// someone outside the queue, sleeps on the lock key.
+// predecessor's key, or, once that predecessor holds the lock, the lock
+// key itself; the head of the queue, when the lock is held by someone
+// outside the queue, sleeps on the lock key too.
 //
 // Taking the lock is one transaction: the key must be as the taker last
 // saw it (check-index, so a key that stopped being a lock is never
-// overwritten), it is locked, and the taker's entry is marked as holding,
-// which wakes the waiter behind it once so that it knows its predecessor
-// now holds. Unlock is one transaction too: a fenced release of the key
-// and the deletion of the holder's entry, at one index. The waiter behind
-// wakes, knows it is next and at which index the key was freed, and takes
-// it at once on condition that the key is still as the holder left it. A
-// hand-off thus costs two transactions, as with Consul's Lock (release,
-// acquire), but wakes one waiter instead of every one.
+// overwritten), it is locked, and the taker's entry is marked as holding
+// (its Flags change), which wakes the waiter behind it once so that it
+// knows its predecessor now holds and sleeps on the lock key instead.
+//
+// Unlock hands the lock on directly. It reads the queue, and in one
+// transaction releases the key (fenced by the hold's LockIndex), deletes
+// its own entry, and locks the key for the next live waiter, with the
+// value that waiter put in its entry, on condition that the entry still
+// belongs to that waiter's session; the waiter's entry is marked as
+// holding in the same step. The next waiter, asleep on the key, wakes
+// already holding it: a hand-off costs one read and one write, where a
+// release followed by the next waiter's acquire (Consul's Lock, or a
+// queue without hand-off) costs two writes and a wake-up in between, and
+// it wakes one waiter instead of every one. If the waiter left between the
+// read and the transaction, the server refuses the hand-off and the key is
+// released plainly; the waiter behind takes it as after any release. A
+// Lock call that gives up deletes its entry first (so that no hand-off can
+// reach it afterwards) and then releases the key if one had.
 //
 // Consul's lockers look only at the lock key, so the queue is invisible to
 // them: they neither wait in it nor are held up by it, and the lock key
@@ -181,7 +197,7 @@ func (l *Lock) Lock(ctx context.Context) (*Hold, error) {
 	if err != nil {
 		// Leave the queue, even though ctx may be over.
 		cctx, cancel := cleanupCtx(ctx, l.s.clk, l.s.renewTO)
-		l.kv.Delete(cctx, qkey, nil)
+		l.abandon(cctx, qkey)
 		cancel()
 		return nil, ctxErr(ctx, l.s, err)
 	}
@@ -256,7 +272,7 @@ func (l *Lock) tracef(format string, args ...any) {
 
 // joinQueue makes (or keeps) our entry in the queue.
 func (l *Lock) joinQueue(ctx context.Context, qkey string) error {
-	ok, _, err := l.kv.Acquire(ctx, &api.KVPair{Key: qkey, Session: l.s.id, Flags: LockFlagValue}, nil)
+	ok, _, err := l.kv.Acquire(ctx, &api.KVPair{Key: qkey, Session: l.s.id, Flags: LockFlagValue, Value: l.value}, nil)
 	if err != nil {
 		return fmt.Errorf("recipe: joining the queue of %q: %w", l.key, err)
 	}
@@ -275,69 +291,32 @@ var errDelayUnsaid = errors.New("recipe: refused for a lock-delay of unknown len
 
 // waitInQueue waits for our turn and takes the lock.
 //
-// A waiter whose predecessor in the queue waits too sleeps on the
-// predecessor's entry. When the predecessor takes the lock it marks its
-// entry as holding (in the same transaction), which wakes us once: we
-// note that it holds and go back to sleep on its entry. When a holder
-// lets go, one transaction releases the key and deletes its entry, so the
-// waiter behind it wakes knowing it is next and knowing the index at which
-// the key was released: it takes the key at once, on condition that the
-// key is still as the holder left it (check-index at that index). A hand-
-// off thus costs the holder's transaction and the next waiter's, as with
-// Consul's Lock, but wakes one waiter instead of all of them.
+// Each round reads the key and the queue, then waits in one of three
+// ways. A waiter whose predecessor waits too sleeps on the predecessor's
+// entry; when the predecessor comes to hold the lock its entry is marked
+// (in the transaction that gave it the lock), which wakes us once. A
+// waiter whose predecessor holds the lock sleeps on the lock key: the
+// holder's Unlock normally hands the key straight to us (see release), and
+// the change of the key wakes us already holding it. If instead the key
+// is freed without a hand-off (the holder's session died, or its hand-off
+// failed), we take it on condition that it is still as freed. The head of
+// the queue, with no predecessor, sleeps on the key while anyone outside
+// the queue (a Consul locker) holds it, and takes it when free.
 func (l *Lock) waitInQueue(ctx context.Context, qkey string) (*Hold, error) {
-	var (
-		errs, unsaid int
-		key, pred    *api.KVPair
-		predHolds    bool
-		read         = true // read the queue and the key before going on
-	)
+	var errs, unsaid int
 	for {
-		var err error
-		if read {
-			key, pred, err = l.readQueue(ctx, qkey)
-			if err == nil && key != nil && key.Flags != LockFlagValue {
-				return nil, ErrLockConflict
-			}
-			predHolds = err == nil && pred != nil && key != nil && key.Session == pred.Session
-		}
+		// The hold is judged by the trust the session had before the
+		// read that shows it: a Suspended in between loses it at once.
+		untrusted := l.s.Untrusted()
+		key, pred, err := l.readQueue(ctx, qkey)
 		var h *Hold
-		switch {
-		case err != nil:
-		case pred == nil:
-			// At the head: nobody of ours holds the key; take it when it
-			// is free.
-			l.tracef("head")
-			h, err = l.takeWhenFree(ctx, qkey, key)
-		default:
-			if predHolds {
-				l.tracef("next after %s", strings.TrimPrefix(pred.Key, l.queuePrefix()))
-			} else {
-				l.tracef("wait for %s", strings.TrimPrefix(pred.Key, l.queuePrefix()))
-			}
-			var cur *api.KVPair
-			var idx uint64
-			cur, idx, err = l.waitChange(ctx, pred)
-			switch {
-			case err != nil:
-			case cur != nil && cur.Session == pred.Session && cur.CreateIndex == pred.CreateIndex:
-				// It took the lock (it marked its entry); sleep on.
-				pred, predHolds, read = cur, true, false
-				continue
-			case predHolds:
-				// The holder let go or died, and its entry went with the
-				// key's release, at index idx: we are next.
-				l.tracef("released at %d", idx)
-				h, err = l.takeFrom(ctx, qkey, &api.KVPair{Key: l.key, ModifyIndex: idx})
-			default:
-				err = errAgain // a waiter before us left: look again
-			}
+		if err == nil {
+			h, err = l.queueStep(ctx, qkey, key, pred, untrusted)
 		}
-		read = true
 		switch {
 		case h != nil:
 			return h, nil
-		case err == errAgain:
+		case err == errAgain, err == nil:
 			errs, unsaid = 0, 0
 			continue
 		case err == errDelayUnsaid:
@@ -345,8 +324,6 @@ func (l *Lock) waitInQueue(ctx context.Context, qkey string) (*Hold, error) {
 			if err := sleep(ctx, l.s.clk, backoff(unsaid)); err != nil {
 				return nil, err
 			}
-			continue
-		case err == nil:
 			continue
 		}
 		if !api.IsRetryable(err) || ctx.Err() != nil {
@@ -357,6 +334,77 @@ func (l *Lock) waitInQueue(ctx context.Context, qkey string) (*Hold, error) {
 			return nil, err
 		}
 	}
+}
+
+// queueStep waits once, given the key and our predecessor as just read,
+// and returns the hold, or errAgain (or nil) to read the queue again.
+func (l *Lock) queueStep(ctx context.Context, qkey string, key, pred *api.KVPair, untrusted <-chan struct{}) (*Hold, error) {
+	switch {
+	case key != nil && key.Flags != LockFlagValue:
+		return nil, ErrLockConflict
+	case key != nil && key.Session == l.s.id:
+		// Handed to us while we were not looking.
+		return l.adopt(ctx, qkey, key, untrusted), nil
+	case pred == nil:
+		// At the head: nobody of ours holds the key; take it when it
+		// is free.
+		l.tracef("head")
+		return l.takeWhenFree(ctx, qkey, key, untrusted)
+	case key != nil && key.Session == pred.Session:
+		l.tracef("next after %s", strings.TrimPrefix(pred.Key, l.queuePrefix()))
+		return l.waitHandOff(ctx, qkey, key, untrusted)
+	}
+	l.tracef("wait for %s", strings.TrimPrefix(pred.Key, l.queuePrefix()))
+	cur, err := l.waitChange(ctx, pred)
+	switch {
+	case err != nil:
+		return nil, err
+	case cur != nil && cur.Session == pred.Session && cur.CreateIndex == pred.CreateIndex:
+		// It came to hold the lock (its entry was marked in the same
+		// transaction, so the key changed no later than the entry):
+		// now we are next.
+		l.tracef("next after %s", strings.TrimPrefix(pred.Key, l.queuePrefix()))
+		return l.waitHandOff(ctx, qkey, &api.KVPair{Key: l.key, Session: pred.Session, ModifyIndex: cur.ModifyIndex}, untrusted)
+	}
+	return nil, errAgain // a waiter before us left: look again
+}
+
+// waitHandOff is the wait of the waiter right behind the holder: it
+// sleeps on the key, which was last seen as held, until it changes. The
+// holder's Unlock hands the key to us; a key freed otherwise (the holder
+// died, or its hand-off failed) we take if it is still as freed; a key
+// taken by anyone else sends us back to reading the queue.
+func (l *Lock) waitHandOff(ctx context.Context, qkey string, key *api.KVPair, untrusted <-chan struct{}) (*Hold, error) {
+	holder, idx := key.Session, key.ModifyIndex
+	for {
+		p, qm, err := l.kv.Get(ctx, l.key, &api.QueryOptions{WaitIndex: idx})
+		switch {
+		case err != nil:
+			return nil, err
+		case p != nil && p.Flags != LockFlagValue:
+			return nil, ErrLockConflict
+		case p != nil && p.Session == l.s.id:
+			return l.adopt(ctx, qkey, p, untrusted), nil
+		case p != nil && p.Session == holder:
+			idx = nextIndex(idx, qm.LastIndex) // still held (or rewritten by its holder)
+			continue
+		case p != nil && p.Session != "":
+			return nil, errAgain
+		}
+		if p != nil {
+			l.tracef("released at %d", p.ModifyIndex)
+		} else {
+			l.tracef("released at %d", qm.LastIndex)
+		}
+		return l.takeFrom(ctx, qkey, p)
+	}
+}
+
+// adopt makes a hold of the key p, which the server shows held by our
+// session: handed to us by the previous holder.
+func (l *Lock) adopt(ctx context.Context, qkey string, p *api.KVPair, untrusted <-chan struct{}) *Hold {
+	l.tracef("handed %d", p.LockIndex)
+	return l.newHold(ctx, qkey, p.LockIndex, p.ModifyIndex, untrusted)
 }
 
 // readQueue reads the key and its queue in one request and returns the
@@ -417,19 +465,16 @@ func before(a, b *api.KVPair) bool {
 
 // waitChange blocks until queue entry p changes in any way: deleted,
 // replaced, its session gone, or marked as holding. It returns the entry
-// as it is then (nil if deleted) and the index at which it changed.
-func (l *Lock) waitChange(ctx context.Context, p *api.KVPair) (*api.KVPair, uint64, error) {
+// as it is then, nil if deleted.
+func (l *Lock) waitChange(ctx context.Context, p *api.KVPair) (*api.KVPair, error) {
 	idx := p.ModifyIndex
 	for {
 		cur, qm, err := l.kv.Get(ctx, p.Key, &api.QueryOptions{WaitIndex: idx})
-		if err != nil {
-			return nil, 0, err
-		}
-		if cur == nil {
-			return nil, qm.LastIndex, nil
+		if err != nil || cur == nil {
+			return nil, err
 		}
 		if cur.ModifyIndex != p.ModifyIndex || cur.Session != p.Session {
-			return cur, cur.ModifyIndex, nil
+			return cur, nil
 		}
 		idx = nextIndex(idx, qm.LastIndex)
 	}
@@ -439,10 +484,13 @@ func (l *Lock) waitChange(ctx context.Context, p *api.KVPair) (*api.KVPair, uint
 // as last read (nil if absent). It returns errAgain when the queue must be
 // read again: the key was taken by someone else first, or a lock-delay was
 // waited out.
-func (l *Lock) takeWhenFree(ctx context.Context, qkey string, key *api.KVPair) (*Hold, error) {
-	for key != nil && key.Session != "" && key.Session != l.s.id {
-		if key.Flags != LockFlagValue {
+func (l *Lock) takeWhenFree(ctx context.Context, qkey string, key *api.KVPair, untrusted <-chan struct{}) (*Hold, error) {
+	for key != nil && key.Session != "" {
+		switch {
+		case key.Flags != LockFlagValue:
 			return nil, ErrLockConflict
+		case key.Session == l.s.id:
+			return l.adopt(ctx, qkey, key, untrusted), nil
 		}
 		l.tracef("held by %s", key.Session)
 		// Block on the key itself: among holdfast waiters only we do.
@@ -506,7 +554,7 @@ func (l *Lock) take(ctx context.Context, qkey string, key *api.KVPair) (*Hold, t
 	}})
 	if qkey != "" {
 		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{
-			Verb: api.KVLock, Key: qkey, Session: l.s.id, Flags: LockFlagValue, Value: []byte("holding"),
+			Verb: api.KVLock, Key: qkey, Session: l.s.id, Flags: queueHolding, Value: l.value,
 		}})
 	}
 	ok, resp, _, err := l.s.c.Txn().Txn(ctx, ops, nil)
@@ -552,7 +600,7 @@ func (l *Lock) take(ctx context.Context, qkey string, key *api.KVPair) (*Hold, t
 		return nil, 0, nil
 	}
 	if qkey != "" {
-		l.kv.Acquire(ctx, &api.KVPair{Key: qkey, Session: l.s.id, Flags: LockFlagValue, Value: []byte("holding")}, nil)
+		l.kv.Acquire(ctx, &api.KVPair{Key: qkey, Session: l.s.id, Flags: queueHolding, Value: l.value}, nil)
 	}
 	return l.newHold(ctx, qkey, p.LockIndex, p.ModifyIndex, untrusted), 0, nil
 }
@@ -620,17 +668,16 @@ func (h *Hold) watch(ctx context.Context, idx uint64, untrusted <-chan struct{})
 
 // Unlock gives the hold up: in one transaction it releases the key,
 // naming the hold's LockIndex (a fenced release, which can never free a
-// later hold of the same session), and leaves the queue; the waiter
-// behind, which watches the key, wakes knowing it is next. Call Unlock
-// also after the hold was lost: the server may still have the key locked
-// by the session, and the queue entry keeps the next waiter waiting. It
-// returns ErrLockNotHeld if the hold was already given up. A release
-// refused because the hold was no longer current is not an error.
+// later hold of the same session), leaves the queue, and hands the key to
+// the next live waiter in the queue, if there is one (see release). Call
+// Unlock also after the hold was lost: the server may still have the key
+// locked by the session, and the queue entry keeps the next waiter
+// waiting. It returns ErrLockNotHeld if the hold was already given up. A
+// release refused because the hold was no longer current is not an error.
 func (h *Hold) Unlock(ctx context.Context) error {
 	if !h.giveUp() {
 		return ErrLockNotHeld
 	}
-
 	l := h.l
 	defer func() {
 		l.mu.Lock()
@@ -639,35 +686,117 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		}
 		l.mu.Unlock()
 	}()
-	ops := api.TxnOps{{KV: &api.KVTxnOp{
-		Verb: api.KVUnlock, Key: l.key, Session: h.seq.Session, LockIndex: h.seq.LockIndex,
-		Flags: LockFlagValue, Value: l.value,
-	}}}
-	if h.queue != "" {
-		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: h.queue}})
+	return l.release(ctx, h.seq.Session, h.seq.LockIndex, h.queue)
+}
+
+// release frees the key held by session at lockIndex and deletes queue
+// entry qkey ("": none), in one transaction. When qkey is given and a live
+// waiter follows it in the queue, the same transaction hands the key to
+// that waiter: on condition that its entry still belongs to its session,
+// the key is locked by that session with the value from its entry, and
+// the entry is marked, which wakes the waiter behind it. The waiter, which
+// sleeps on the key, wakes holding it. A hand-off thus costs one read and
+// one transaction, against the two transactions of a release followed by
+// the next waiter's acquire. If the hand-off is refused (the waiter left
+// in the meantime) the key is released plainly and the queue sorts itself
+// out as it would after any release.
+func (l *Lock) release(ctx context.Context, session string, lockIndex uint64, qkey string) error {
+	var next *api.KVPair
+	if qkey != "" {
+		next = l.successor(ctx, qkey)
 	}
-	ok, _, _, err := l.s.c.Txn().Txn(ctx, ops, nil)
-	var se *api.StatusError
-	if errors.As(err, &se) && se.Code/100 == 4 {
-		// A server that does not take a fenced unlock in a transaction
-		// (Consul): a fenced release (which Consul treats as a plain
-		// one) and then leave the queue.
-		if _, _, err := l.kv.ReleaseFenced(ctx, &api.KVPair{
-			Key: l.key, Session: h.seq.Session, Flags: LockFlagValue, Value: l.value,
-		}, h.seq.LockIndex, nil); err != nil {
+	if next != nil {
+		l.tracef("successor %s", strings.TrimPrefix(next.Key, l.queuePrefix()))
+	}
+	for {
+		ops := api.TxnOps{{KV: &api.KVTxnOp{
+			Verb: api.KVUnlock, Key: l.key, Session: session, LockIndex: lockIndex,
+			Flags: LockFlagValue, Value: l.value,
+		}}}
+		if qkey != "" {
+			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: qkey}})
+		}
+		if next != nil {
+			ops = append(ops,
+				&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: next.Key, Session: next.Session}},
+				&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVLock, Key: l.key, Session: next.Session, Flags: LockFlagValue, Value: next.Value}},
+				&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVLock, Key: next.Key, Session: next.Session, Flags: queueHolding, Value: next.Value}},
+			)
+		}
+		ok, _, _, err := l.s.c.Txn().Txn(ctx, ops, nil)
+		var se *api.StatusError
+		if errors.As(err, &se) && se.Code/100 == 4 {
+			// A server that does not take a fenced unlock in a
+			// transaction (Consul): a fenced release (which Consul
+			// treats as a plain one) and then leave the queue.
+			if _, _, err := l.kv.ReleaseFenced(ctx, &api.KVPair{
+				Key: l.key, Session: session, Flags: LockFlagValue, Value: l.value,
+			}, lockIndex, nil); err != nil {
+				return fmt.Errorf("recipe: releasing %q: %w", l.key, err)
+			}
+			ok = false
+			next = nil
+		} else if err != nil {
 			return fmt.Errorf("recipe: releasing %q: %w", l.key, err)
 		}
-		ok = false
-	} else if err != nil {
-		return fmt.Errorf("recipe: releasing %q: %w", l.key, err)
+		switch {
+		case ok:
+			if next != nil {
+				l.tracef("handed to %s", strings.TrimPrefix(next.Key, l.queuePrefix()))
+			}
+			return nil
+		case next != nil:
+			next = nil // the hand-off was refused: release plainly
+			continue
+		}
+		if qkey != "" {
+			// Not (or no longer) ours to release; leave the queue anyway.
+			if _, err := l.kv.Delete(ctx, qkey, nil); err != nil {
+				return fmt.Errorf("recipe: leaving the queue of %q: %w", l.key, err)
+			}
+		}
+		return nil
 	}
-	if !ok && h.queue != "" {
-		// Not (or no longer) ours to release; leave the queue anyway.
-		if _, err := l.kv.Delete(ctx, h.queue, nil); err != nil {
-			return fmt.Errorf("recipe: leaving the queue of %q: %w", l.key, err)
+}
+
+// successor reads the queue and returns the live entry right after ours
+// (qkey), nil if there is none or the read fails: the hand-off is an
+// optimisation, and its transaction checks the entry again.
+func (l *Lock) successor(ctx context.Context, qkey string) *api.KVPair {
+	pairs, _, err := l.kv.List(ctx, l.queuePrefix(), nil)
+	if err != nil {
+		return nil
+	}
+	var own *api.KVPair
+	for _, p := range pairs {
+		if p.Key == qkey {
+			own = p
 		}
 	}
-	return nil
+	if own == nil {
+		return nil
+	}
+	var next *api.KVPair
+	for _, p := range pairs {
+		if p.Session != "" && p.Key != qkey && before(own, p) && (next == nil || before(p, next)) {
+			next = p
+		}
+	}
+	return next
+}
+
+// abandon leaves the queue after Lock gave up waiting. The entry goes
+// first, so that no hand-off can reach us afterwards; one that came
+// before is then found on the key and passed on with a plain release.
+func (l *Lock) abandon(ctx context.Context, qkey string) {
+	if _, err := l.kv.Delete(ctx, qkey, nil); err != nil {
+		return
+	}
+	p, _, err := l.kv.Get(ctx, l.key, nil)
+	if err != nil || p == nil || p.Session != l.s.id {
+		return
+	}
+	l.release(ctx, l.s.id, p.LockIndex, "")
 }
 
 // ErrLockInUse is returned by Destroy while the key is held.

@@ -207,6 +207,25 @@ func (m *meter) waitParked(t testing.TB, who string) {
 	}
 }
 
+// waitCount waits until the client has sent at least n requests.
+func (m *meter) waitCount(t testing.TB, who string, n int) {
+	t.Helper()
+	timeout := time.After(bound)
+	for {
+		m.mu.Lock()
+		total, ch := m.total, m.changed
+		m.mu.Unlock()
+		if total >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("%s sent %d requests, never %d", who, total, n)
+		}
+	}
+}
+
 // meteredSession is a session whose client (and so its locks' requests)
 // goes through a meter.
 func meteredSession(t testing.TB, srv *server) (*Session, *meter) {
@@ -224,9 +243,10 @@ func meteredSession(t testing.TB, srv *server) (*Session, *meter) {
 	return s, m
 }
 
-// TestLockFairQueue: waiters get the lock in the order they arrived, and a
-// hand-off wakes only the next waiter: every other waiter sends no request
-// at all while the lock passes on.
+// TestLockFairQueue: waiters get the lock in the order they arrived, a
+// hand-off wakes only the next waiter (every other waiter sends no request
+// at all while the lock passes on), and the next waiter wakes up holding
+// the lock.
 func TestLockFairQueue(t *testing.T) {
 	const waiters = 8
 	ctx := testCtx(t)
@@ -281,10 +301,20 @@ func TestLockFairQueue(t *testing.T) {
 		if h.Sequencer().LockIndex != uint64(i+1) {
 			t.Fatalf("waiter %d holds %v", i, h.Sequencer())
 		}
+		// The waiter behind the new holder is woken by the mark on the
+		// new holder's entry and goes to sleep on the key.
+		if i < waiters {
+			cs[i+1].m.waitCount(t, fmt.Sprintf("waiter %d", i+1), before[i+1]+1)
+		}
 		// Everyone still waiting is (still) parked; the new holder's
 		// monitor is parked too.
 		for j := i; j <= waiters; j++ {
 			cs[j].m.waitParked(t, fmt.Sprintf("contender %d", j))
+		}
+		// The new holder sent one request, its monitor's: the key was
+		// handed to it by the Unlock, it did not have to acquire it.
+		if n := cs[i].m.count() - before[i]; n != 1 {
+			t.Errorf("hand-off %d: the new holder sent %d requests, want 1", i, n)
 		}
 		// The waiter behind the new holder was woken once, by the
 		// holder marking its queue entry, and went back to sleep on it
@@ -713,5 +743,199 @@ func TestStaleUnlockOfTheSameSession(t *testing.T) {
 	}
 	if p, _, _ := srv.c.KV().Get(ctx, "k", nil); p == nil || p.Session != "" {
 		t.Fatalf("after the current Unlock: %+v", p)
+	}
+}
+
+// lineCollector records a Lock's trace lines and lets a test wait for one.
+type lineCollector struct {
+	t     testing.TB
+	lines chan string
+	seen  []string
+}
+
+func collectLines(t testing.TB) *lineCollector {
+	return &lineCollector{t: t, lines: make(chan string, 64)}
+}
+
+func (c *lineCollector) hook(l string) { c.lines <- l }
+
+// expect waits for the next line and fails unless it is want (or, when
+// want ends in "*", starts with what precedes the "*").
+func (c *lineCollector) expect(want string) {
+	c.t.Helper()
+	select {
+	case l := <-c.lines:
+		c.seen = append(c.seen, l)
+		if l != want && !(strings.HasSuffix(want, "*") && strings.HasPrefix(l, strings.TrimSuffix(want, "*"))) {
+			c.t.Fatalf("did %q, want %q (so far %q)", l, want, c.seen)
+		}
+	case <-time.After(bound):
+		c.t.Fatalf("did nothing, want %q (so far %q)", want, c.seen)
+	}
+}
+
+// TestLockHandOff: Unlock hands the key to the next waiter in the same
+// transaction that releases it; the waiter wakes holding it, with the
+// next LockIndex and its own value, and the waiter behind moves up.
+func TestLockHandOff(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	const key = "svc/leader"
+	a, b, c := lockSession(t, srv, nil), lockSession(t, srv, nil), lockSession(t, srv, nil)
+	la, lb, lc := collectLines(t), collectLines(t), collectLines(t)
+	ha, err := mustLock(t, a, key, la.hook).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	la.expect("head")
+	la.expect("acquired 1")
+	holds := make(chan *Hold, 2)
+	wait := func(s *Session, lc *lineCollector) {
+		go func() {
+			h, err := mustLock(t, s, key, lc.hook).Lock(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			holds <- h
+		}()
+	}
+	wait(b, lb)
+	lb.expect("next after " + a.ID())
+	wait(c, lc)
+	lc.expect("wait for " + b.ID())
+
+	if err := ha.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	la.expect("successor " + b.ID())
+	la.expect("handed to " + b.ID())
+	lb.expect("handed 2")
+	hb := <-holds
+	if seq := hb.Sequencer(); seq.Session != b.ID() || seq.LockIndex != 2 {
+		t.Fatalf("b holds %v", seq)
+	}
+	p, _, err := srv.c.KV().Get(ctx, key, nil)
+	if err != nil || p.Session != b.ID() || p.LockIndex != 2 || p.Flags != LockFlagValue || string(p.Value) != "held by "+b.ID()[:8] {
+		t.Fatalf("key after the hand-off: %+v %v", p, err)
+	}
+	if st, _, err := srv.c.KV().Fence(ctx, hb.Sequencer(), nil); err != nil || !st.Valid {
+		t.Fatalf("b's sequencer: %+v %v", st, err)
+	}
+	if st, _, err := srv.c.KV().Fence(ctx, ha.Sequencer(), nil); err != nil || st.Valid {
+		t.Fatalf("a's old sequencer: %+v %v", st, err)
+	}
+	// c was woken by b's entry being marked, and now sleeps on the key.
+	lc.expect("next after " + b.ID())
+
+	if err := hb.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lc.expect("handed 3")
+	hc := <-holds
+	if hc.Sequencer().LockIndex != 3 {
+		t.Fatalf("c holds %v", hc.Sequencer())
+	}
+	if err := hc.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, _, err = srv.c.KV().Get(ctx, key, nil)
+	if err != nil || p.Session != "" || p.LockIndex != 3 {
+		t.Fatalf("key after the last Unlock: %+v %v", p, err)
+	}
+	if keys, _, _ := srv.c.KV().Keys(ctx, key+"/", "", nil); len(keys) != 0 {
+		t.Fatalf("queue left behind: %v", keys)
+	}
+}
+
+// TestLockHandOffRefused: a hand-off whose waiter left between the
+// holder's read of the queue and its transaction is refused by the
+// server; the key is then released plainly and the waiter, back in the
+// queue, takes it the ordinary way.
+func TestLockHandOffRefused(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	const key = "svc/leader"
+	a, b := lockSession(t, srv, nil), lockSession(t, srv, nil)
+	lb := collectLines(t)
+	var lines []string
+	var la *Lock
+	la = mustLock(t, a, key, func(l string) {
+		lines = append(lines, l)
+		if strings.HasPrefix(l, "successor ") {
+			// b's entry goes away after the holder chose b.
+			if _, err := srv.c.KV().Delete(ctx, la.queuePrefix()+b.ID(), nil); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	ha, err := la.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holds := make(chan *Hold, 1)
+	go func() {
+		h, err := mustLock(t, b, key, lb.hook).Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		holds <- h
+	}()
+	lb.expect("next after " + a.ID())
+	if err := ha.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"head", "acquired 1", "successor " + b.ID()}; fmt.Sprint(lines) != fmt.Sprint(want) {
+		t.Fatalf("holder did %q, want %q (no hand-off)", lines, want)
+	}
+	lb.expect("released at *")
+	lb.expect("acquired 2")
+	hb := <-holds
+	if hb.Sequencer().LockIndex != 2 {
+		t.Fatalf("b holds %v", hb.Sequencer())
+	}
+	if p, _, err := srv.c.KV().Get(ctx, la.queuePrefix()+b.ID(), nil); err != nil || p == nil || p.Session != b.ID() {
+		t.Fatalf("b's queue entry while it holds: %+v %v", p, err)
+	}
+	if err := hb.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLockAbandonAfterHandOff: a waiter that gives up after the key was
+// handed to it (its Lock returned an error before it saw the hand-off)
+// releases the key when it leaves, so the lock is not stuck with a
+// session that no longer wants it.
+func TestLockAbandonAfterHandOff(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	const key = "svc/leader"
+	a, b := lockSession(t, srv, nil), lockSession(t, srv, nil)
+	ha, err := mustLock(t, a, key, nil).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b joins the queue but nobody waits in its Lock call: it stands for
+	// a Lock whose context ends just as the key is handed to it.
+	lb := mustLock(t, b, key, nil)
+	if err := lb.joinQueue(ctx, lb.queueKey()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ha.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, err := srv.c.KV().Get(ctx, key, nil); err != nil || p.Session != b.ID() {
+		t.Fatalf("key not handed to b: %+v %v", p, err)
+	}
+	lb.abandon(ctx, lb.queueKey())
+	p, _, err := srv.c.KV().Get(ctx, key, nil)
+	if err != nil || p.Session != "" || p.LockIndex != 2 {
+		t.Fatalf("key after b abandoned: %+v %v", p, err)
+	}
+	if keys, _, _ := srv.c.KV().Keys(ctx, key+"/", "", nil); len(keys) != 0 {
+		t.Fatalf("queue left behind: %v", keys)
+	}
+	h, err := mustLock(t, lockSession(t, srv, nil), key, nil).TryLock(ctx)
+	if err != nil || h.Sequencer().LockIndex != 3 {
+		t.Fatalf("TryLock after the abandoned hand-off: %v %v", h, err)
 	}
 }
