@@ -85,8 +85,10 @@ type endpoint func(w http.ResponseWriter, r *http.Request, arg string) error
 
 type route struct {
 	path    string // "/v1/kv"
+	slash   string // path + "/"
 	prefix  bool   // also serves path + "/" + arg
 	methods []string
+	allow   []string // the Allow header: "OPTIONS," + methods
 	eps     map[string]endpoint
 }
 
@@ -128,12 +130,13 @@ func New(b Backend, opts Options) http.Handler {
 
 // handle registers a route; pairs alternates method names and endpoints.
 func (h *handler) handle(path string, prefix bool, pairs ...interface{}) {
-	rt := &route{path: path, prefix: prefix, eps: map[string]endpoint{}}
+	rt := &route{path: path, slash: path + "/", prefix: prefix, eps: map[string]endpoint{}}
 	for i := 0; i < len(pairs); i += 2 {
 		m := pairs[i].(string)
 		rt.methods = append(rt.methods, m)
 		rt.eps[m] = pairs[i+1].(func(http.ResponseWriter, *http.Request, string) error)
 	}
+	rt.allow = headerValue("OPTIONS," + strings.Join(rt.methods, ","))
 	h.routes = append(h.routes, rt)
 }
 
@@ -149,7 +152,7 @@ func (h *handler) match(p string) (*route, string) {
 			return rt, ""
 		case rt.prefix && best == nil && p == rt.path && !h.hasExact(p):
 			best, arg = rt, ""
-		case rt.prefix && strings.HasPrefix(p, rt.path+"/"):
+		case rt.prefix && strings.HasPrefix(p, rt.slash):
 			if best == nil || len(rt.path) > len(best.path) {
 				best, arg = rt, p[len(rt.path)+1:]
 			}
@@ -175,15 +178,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, notFoundf("Invalid URL path: %q is not a holdfast API endpoint", r.URL.Path))
 		return
 	}
-	allow := "OPTIONS," + strings.Join(rt.methods, ",")
 	if r.Method == http.MethodOptions {
-		w.Header().Set("Allow", allow)
+		w.Header()["Allow"] = rt.allow
 		w.WriteHeader(http.StatusOK)
 		return
 	}
 	ep := rt.eps[r.Method]
 	if ep == nil {
-		w.Header().Set("Allow", allow)
+		w.Header()["Allow"] = rt.allow
 		h.fail(w, r, &Error{Kind: KindMethodNotAllowed, Msg: "method " + r.Method + " not allowed"})
 		return
 	}
@@ -199,6 +201,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // checkDatacenter refuses ?dc naming another datacenter: holdfast serves
 // one and does not forward.
 func (h *handler) checkDatacenter(r *http.Request) error {
+	if raw := r.URL.RawQuery; !strings.Contains(raw, "dc") && !strings.Contains(raw, "%") {
+		// No parameter can be named dc (keys are unescaped, hence "%"):
+		// skip parsing the query, which the endpoint parses again anyway.
+		return nil
+	}
 	dc := query(r).Get("dc")
 	if dc == "" || strings.EqualFold(dc, h.b.Datacenter()) {
 		return nil
@@ -222,8 +229,9 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if status >= 500 && kind != KindNotImplemented && err != errCancelled {
 		h.opts.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	hd := w.Header()
+	hd["Content-Type"] = hvTextPlainUTF8
+	hd["X-Content-Type-Options"] = hvNosniff
 	w.WriteHeader(status)
 	io.WriteString(w, messageOf(err))
 }
@@ -265,11 +273,33 @@ func writeJSON(w http.ResponseWriter, r *http.Request, v interface{}) error {
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = hvJSON
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(buf)
 	return nil
 }
+
+// headerValue makes a header value to assign straight into an http.Header
+// (hd["Canonical-Key"] = v, the key as http.CanonicalHeaderKey has it) instead of hd.Set, which allocates a slice per
+// call. Such values are shared by every response: cap == len, so an Add to
+// the same key copies instead of writing into the shared array, and nothing
+// in net/http writes into a value slice.
+func headerValue(v string) []string { return []string{v}[:1:1] }
+
+// Header values every response shares (see headerValue).
+var (
+	hvJSON           = headerValue("application/json")
+	hvTextPlain      = headerValue("text/plain")
+	hvTextPlainUTF8  = headerValue("text/plain; charset=utf-8")
+	hvNosniff        = headerValue("nosniff")
+	hvSandbox        = headerValue("sandbox")
+	hvTrue           = headerValue("true")
+	hvFalse          = headerValue("false")
+	hvZero           = headerValue("0")
+	hvModeLeader     = headerValue(modeLeader)
+	hvModeConsistent = headerValue(modeConsistent)
+	hvModeStale      = headerValue(modeStale)
+)
 
 // decodeStrict decodes one JSON value from body into v and refuses
 // anything after it other than white space.

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -156,10 +155,17 @@ func parseUint(name, s string) (uint64, error) {
 // or trailing white space. Any other key, including "", is left to the
 // caller.
 func validateKey(key string) error {
-	for _, seg := range strings.FieldsFunc(key, func(r rune) bool { return r == '/' || r == '\\' }) {
-		if seg == ".." {
+	// Segments are split on '/' and '\\' byte by byte (neither byte occurs
+	// inside a multi-byte UTF-8 sequence), without allocating them.
+	start := 0
+	for i := 0; i <= len(key); i++ {
+		if i < len(key) && key[i] != '/' && key[i] != '\\' {
+			continue
+		}
+		if i-start == 2 && key[start] == '.' && key[start+1] == '.' {
 			return invalidf("Invalid key %q: \"..\" path segments are not allowed", key)
 		}
+		start = i + 1
 	}
 	if key == "" {
 		return nil
@@ -215,7 +221,7 @@ func (h *handler) kvGet(w http.ResponseWriter, r *http.Request, key string) erro
 			w.WriteHeader(http.StatusNotFound)
 			return nil
 		}
-		return writeJSON(w, r, ents)
+		return writeEntries(w, r, ents)
 	}
 	var ent *state.DirEntry
 	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
@@ -232,14 +238,14 @@ func (h *handler) kvGet(w http.ResponseWriter, r *http.Request, key string) erro
 	}
 	if p.raw {
 		hd := w.Header()
-		hd.Set("Content-Type", "text/plain")
-		hd.Set("X-Content-Type-Options", "nosniff")
-		hd.Set("Content-Security-Policy", "sandbox")
+		hd["Content-Type"] = hvTextPlain
+		hd["X-Content-Type-Options"] = hvNosniff
+		hd["Content-Security-Policy"] = hvSandbox
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(ent.Value)
 		return nil
 	}
-	return writeJSON(w, r, []*state.DirEntry{ent})
+	return writeEntries(w, r, []*state.DirEntry{ent})
 }
 
 func (h *handler) kvPut(w http.ResponseWriter, r *http.Request, key string) error {

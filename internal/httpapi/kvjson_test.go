@@ -1,0 +1,75 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/holdfast/holdfast/internal/state"
+)
+
+// TestDirEntryFields pins the fields appendEntries writes: a field added to
+// state.DirEntry must be added there too (and to the cases below).
+func TestDirEntryFields(t *testing.T) {
+	var names []string
+	rt := reflect.TypeOf(state.DirEntry{})
+	for i := 0; i < rt.NumField(); i++ {
+		f := rt.Field(i)
+		names = append(names, f.Name+" "+f.Type.String()+" "+string(f.Tag))
+	}
+	want := []string{"LockIndex uint64 ", "Key string ", "Flags uint64 ", "Value []uint8 ",
+		`Session string json:",omitempty"`, "CreateIndex uint64 ", "ModifyIndex uint64 "}
+	if !reflect.DeepEqual(names, want) {
+		t.Fatalf("state.DirEntry fields changed:\n got %q\nwant %q\nupdate appendEntries", names, want)
+	}
+}
+
+func checkEntries(t *testing.T, ents []*state.DirEntry) {
+	t.Helper()
+	want, err := json.Marshal(ents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := appendEntries(nil, ents)
+	if !ok {
+		return // falls back to json.Marshal
+	}
+	if string(got) != string(want) {
+		t.Fatalf("appendEntries:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestAppendEntriesMatchesJSON(t *testing.T) {
+	full := &state.DirEntry{LockIndex: 3, Key: "a/b c", Flags: 1<<64 - 1, Value: []byte("hello\x00\xff"),
+		Session: "adf4238a-882b-9ddc-4a9d-5b6758e4159e", CreateIndex: 7, ModifyIndex: 12}
+	cases := [][]*state.DirEntry{
+		nil,
+		{},
+		{full},
+		{{Key: "k"}},
+		{{Key: "k", Value: []byte{}}},
+		{full, {Key: "x", Value: []byte("1")}, nil},
+		{{Key: "<html>&"}},
+		{{Key: "é"}},
+		{{Key: "tab\t"}},
+		{{Key: `q"uote\`}},
+		{{Key: "del\x7f"}},
+	}
+	for _, c := range cases {
+		checkEntries(t, c)
+	}
+	if _, ok := appendEntries(nil, []*state.DirEntry{{Key: "<"}}); ok {
+		t.Fatal("a key json.Marshal escapes must fall back")
+	}
+}
+
+func FuzzAppendEntries(f *testing.F) {
+	f.Add("a/b", "", []byte("v"), uint64(1), uint64(2), uint64(3), uint64(4), false)
+	f.Add("x<y", "s", []byte(nil), uint64(0), uint64(0), uint64(0), uint64(0), true)
+	f.Fuzz(func(t *testing.T, key, sess string, val []byte, li, fl, ci, mi uint64, nilVal bool) {
+		if nilVal {
+			val = nil
+		}
+		checkEntries(t, []*state.DirEntry{{LockIndex: li, Key: key, Flags: fl, Value: val, Session: sess, CreateIndex: ci, ModifyIndex: mi}})
+	})
+}

@@ -1,0 +1,56 @@
+package httpapi
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// validateKeyRef is validateKey's ".." rule as first written, with
+// strings.FieldsFunc: the allocation-free scan must agree with it.
+func validateKeyRef(key string) bool {
+	for _, seg := range strings.FieldsFunc(key, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if seg == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+func TestValidateKeyDotDot(t *testing.T) {
+	for _, k := range []string{"", "a", "..", "../a", "a/..", "a/../b", "a\\..\\b", "...", "a/.../b",
+		"..a", "a..", "//..//", "\\..", "./.", "a/./b", "x/\xff../..", "é/..", "..é", "a//b", "/", "\\"} {
+		got := !strings.Contains(errString(validateKey(k)), `".."`)
+		if want := validateKeyRef(k); got != want {
+			t.Errorf("validateKey(%q): accepted=%v, want %v", k, got, want)
+		}
+	}
+}
+
+func FuzzValidateKeyDotDot(f *testing.F) {
+	f.Add("a/../b")
+	f.Fuzz(func(t *testing.T, k string) {
+		got := !strings.Contains(errString(validateKey(k)), `".."`)
+		if want := validateKeyRef(k); got != want {
+			t.Fatalf("validateKey(%q): accepted=%v, want %v", k, got, want)
+		}
+	})
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// The handler assigns header keys directly, without Header.Set's
+// canonicalisation: they must already be canonical.
+func TestHeaderKeysCanonical(t *testing.T) {
+	for _, k := range []string{"Allow", "Content-Type", "X-Content-Type-Options", "Content-Security-Policy",
+		"X-Consul-Index", "X-Consul-Knownleader", "X-Consul-Lastcontact", "X-Consul-Effective-Consistency"} {
+		if c := http.CanonicalHeaderKey(k); c != k {
+			t.Errorf("%q is not canonical (%q)", k, c)
+		}
+	}
+}
