@@ -29,15 +29,16 @@ type Type uint8
 
 // Command types. Values are part of the log format: never renumber.
 const (
-	TypeKVS            Type = 1 // state.KVRequest
-	TypeSessionCreate  Type = 2 // state.Session
-	TypeSessionDestroy Type = 3 // SessionDestroy
-	TypeRegister       Type = 4 // state.RegisterRequest
-	TypeDeregister     Type = 5 // state.DeregisterRequest
-	TypeTxn            Type = 6 // []*state.TxnOp
-	TypeReap           Type = 7 // Reap
-	TypeQuerySet       Type = 8 // state.PreparedQuery
-	TypeQueryDelete    Type = 9 // QueryDelete
+	TypeKVS            Type = 1  // state.KVRequest
+	TypeSessionCreate  Type = 2  // state.Session
+	TypeSessionDestroy Type = 3  // SessionDestroy
+	TypeRegister       Type = 4  // state.RegisterRequest
+	TypeDeregister     Type = 5  // state.DeregisterRequest
+	TypeTxn            Type = 6  // []*state.TxnOp
+	TypeReap           Type = 7  // Reap
+	TypeQuerySet       Type = 8  // state.PreparedQuery
+	TypeQueryDelete    Type = 9  // QueryDelete
+	TypeKVSBinary      Type = 10 // state.KVRequest, binary (EncodeKVS)
 )
 
 // SessionDestroy is the body of TypeSessionDestroy.
@@ -160,7 +161,12 @@ func dispatchBatch(b *state.Batch, idx uint64, now time.Time, t Type, body []byt
 		var req state.KVRequest
 		decode(body, &req)
 		ok, err := b.KVS(idx, now, &req)
-		return &Result{OK: ok, Err: err}
+		return kvResult(ok, err)
+	case TypeKVSBinary:
+		var req state.KVRequest
+		decodeKVS(idx, body, &req)
+		ok, err := b.KVS(idx, now, &req)
+		return kvResult(ok, err)
 	case TypeSessionCreate:
 		var sess state.Session
 		decode(body, &sess)

@@ -70,11 +70,24 @@ func (s *Server) KVS(ctx context.Context, req *state.KVRequest) (bool, time.Dura
 	if refused, left, err := s.refuseEarly(req); refused || err != nil {
 		return false, left, err
 	}
-	res, err := s.apply(fsm.TypeKVS, req)
+	res, err := s.applyKVS(req)
 	if err := resultErr(res, err); err != nil {
 		return false, 0, err
 	}
 	return res.OK, 0, nil
+}
+
+// applyKVS commits a KV write in the binary encoding (fsm.EncodeKVS),
+// which is several times cheaper to build and to apply than JSON.
+func (s *Server) applyKVS(req *state.KVRequest) (*fsm.Result, error) {
+	if s.raft.State() != raft.Leader {
+		return nil, ErrNoLeader
+	}
+	b, err := fsm.EncodeKVS(s.clk.Now(), req)
+	if err != nil {
+		return nil, err
+	}
+	return s.applyCommand(b)
 }
 
 // refuseEarly decides, from the leader's applied state, the KV writes that

@@ -289,6 +289,12 @@ func (s *Server) apply(t fsm.Type, body interface{}) (*fsm.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.applyCommand(b)
+}
+
+// applyCommand commits an encoded command through raft and returns the
+// state machine's result.
+func (s *Server) applyCommand(b []byte) (*fsm.Result, error) {
 	f := s.raft.Apply(b, s.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
 		switch {

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/holdfast/holdfast/clock/clocktest"
+	"github.com/holdfast/holdfast/internal/fsm"
 	"github.com/holdfast/holdfast/internal/state"
 	"github.com/holdfast/holdfast/internal/watch"
 )
@@ -299,5 +300,43 @@ func TestRefusalsCostNoRaftWrite(t *testing.T) {
 	}
 	if s.raft.LastIndex() == before {
 		t.Fatal("a successful release was not written to raft")
+	}
+}
+
+// A data directory written before KV writes were binary holds JSON
+// (fsm.TypeKVS) entries: they must replay after a restart, interleaved with
+// the binary entries (fsm.TypeKVSBinary) this version writes.
+func TestRestartReplaysJSONAndBinaryKVEntries(t *testing.T) {
+	dir := t.TempDir()
+	clk := clocktest.NewFake(epoch)
+	s := newTestServer(t, dir, clk)
+	ctx := context.Background()
+	set := func(k string) {
+		if ok, _, err := s.KVS(ctx, &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: k, Value: []byte(k), Flags: 5}}); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	old := func(req *state.KVRequest) { // what an older server wrote
+		res, err := s.apply(fsm.TypeKVS, req)
+		if err := resultErr(res, err); err != nil || !res.OK {
+			t.Fatal(res, err)
+		}
+	}
+	old(&state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: "json1", Value: []byte("json1"), Flags: 5}})
+	set("bin1")
+	old(&state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: "json2", Value: []byte("json2"), Flags: 5}})
+	old(&state.KVRequest{Op: state.OpDelete, Entry: state.DirEntry{Key: "bin1"}})
+	set("bin2")
+	s.Shutdown()
+
+	s2 := newTestServer(t, dir, clk)
+	_, got := s2.State().KVList(nil, "")
+	if len(got) != 3 {
+		t.Fatalf("after replay: %d keys, want json1, json2, bin2", len(got))
+	}
+	for i, k := range []string{"bin2", "json1", "json2"} {
+		if got[i].Key != k || string(got[i].Value) != k || got[i].Flags != 5 {
+			t.Fatalf("after replay: entry %d = %+v, want key %q", i, got[i], k)
+		}
 	}
 }
