@@ -81,8 +81,10 @@ type LockOptions struct {
 // arrival order. A waiter sleeps on one key only: the entry of the live
 // waiter just before it (its predecessor), as etcd's mutex waits on its
 // predecessor's key, or, once that predecessor holds the lock, the lock
-// key itself; the head of the queue, when the lock is held by someone
-// outside the queue, sleeps on the lock key too.
+// key itself (read with the queue, so that the answer that hands it the
+// lock also says who waits behind it; this one waiter also wakes when
+// others join or leave); the head of the queue, when the lock is held by
+// someone outside the queue, sleeps on the lock key too.
 //
 // Taking the lock is one transaction: the key must be as the taker last
 // saw it (check-index, so a key that stopped being a lock is never
@@ -96,7 +98,9 @@ type LockOptions struct {
 // value that waiter put in its entry, on condition that the entry still
 // belongs to that waiter's session; the waiter's entry is marked as
 // holding in the same step. The next waiter, asleep on the key, wakes
-// already holding it: a hand-off costs one read and one write, where a
+// already holding it, and knows from the same answer whom to hand it to
+// in turn: a hand-off costs one write (and a read of the queue when the
+// next waiter is not known or has left), where a
 // release followed by the next waiter's acquire (Consul's Lock, or a
 // queue without hand-off) costs two writes and a wake-up in between, and
 // it wakes one waiter instead of every one. If the waiter left between the
@@ -166,6 +170,11 @@ type Hold struct {
 	holding
 	l     *Lock
 	queue string // our queue entry, "" for TryLock
+	// next is the waiter that followed us in the queue when the lock was
+	// handed to us (nil: unknown), so that Unlock can hand it on without
+	// reading the queue again. Waiters only join at the back, so it is
+	// still the next one unless it left, which the hand-off checks.
+	next *api.KVPair
 }
 
 // Errors a Hold's Err may return.
@@ -374,17 +383,31 @@ func (l *Lock) queueStep(ctx context.Context, qkey string, key, pred *api.KVPair
 // holder's Unlock hands the key to us; a key freed otherwise (the holder
 // died, or its hand-off failed) we take if it is still as freed; a key
 // taken by anyone else sends us back to reading the queue.
+//
+// It sleeps on the key and its queue together (one prefix read), so that
+// the answer that shows the key handed to us also shows who waits behind
+// us: our Unlock can then hand on without reading the queue again. Only
+// this one waiter sleeps so; it also wakes when waiters join or leave.
 func (l *Lock) waitHandOff(ctx context.Context, qkey string, key *api.KVPair, untrusted <-chan struct{}) (*Hold, error) {
 	holder, idx := key.Session, key.ModifyIndex
 	for {
-		p, qm, err := l.kv.Get(ctx, l.key, &api.QueryOptions{WaitIndex: idx})
-		switch {
-		case err != nil:
+		pairs, qm, err := l.kv.List(ctx, l.key, &api.QueryOptions{WaitIndex: idx})
+		if err != nil {
 			return nil, err
+		}
+		var p *api.KVPair
+		for _, kv := range pairs {
+			if kv.Key == l.key {
+				p = kv
+			}
+		}
+		switch {
 		case p != nil && p.Flags != LockFlagValue:
 			return nil, ErrLockConflict
 		case p != nil && p.Session == l.s.id:
-			return l.adopt(ctx, qkey, p, untrusted), nil
+			h := l.adopt(ctx, qkey, p, untrusted)
+			h.next = l.nextAfter(pairs, qkey)
+			return h, nil
 		case p != nil && p.Session == holder:
 			idx = nextIndex(idx, qm.LastIndex) // still held (or rewritten by its holder)
 			continue
@@ -686,7 +709,7 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		}
 		l.mu.Unlock()
 	}()
-	return l.release(ctx, h.seq.Session, h.seq.LockIndex, h.queue)
+	return l.release(ctx, h.seq.Session, h.seq.LockIndex, h.queue, h.next)
 }
 
 // release frees the key held by session at lockIndex and deletes queue
@@ -700,15 +723,15 @@ func (h *Hold) Unlock(ctx context.Context) error {
 // the next waiter's acquire. If the hand-off is refused (the waiter left
 // in the meantime) the key is released plainly and the queue sorts itself
 // out as it would after any release.
-func (l *Lock) release(ctx context.Context, session string, lockIndex uint64, qkey string) error {
-	var next *api.KVPair
-	if qkey != "" {
+func (l *Lock) release(ctx context.Context, session string, lockIndex uint64, qkey string, hint *api.KVPair) error {
+	next, fresh := hint, hint == nil
+	if next == nil && qkey != "" {
 		next = l.successor(ctx, qkey)
 	}
-	if next != nil {
-		l.tracef("successor %s", strings.TrimPrefix(next.Key, l.queuePrefix()))
-	}
 	for {
+		if next != nil {
+			l.tracef("successor %s", strings.TrimPrefix(next.Key, l.queuePrefix()))
+		}
 		ops := api.TxnOps{{KV: &api.KVTxnOp{
 			Verb: api.KVUnlock, Key: l.key, Session: session, LockIndex: lockIndex,
 			Flags: LockFlagValue, Value: l.value,
@@ -745,6 +768,10 @@ func (l *Lock) release(ctx context.Context, session string, lockIndex uint64, qk
 				l.tracef("handed to %s", strings.TrimPrefix(next.Key, l.queuePrefix()))
 			}
 			return nil
+		case next != nil && !fresh:
+			// The waiter we knew of left: look at the queue as it is.
+			next, fresh = l.successor(ctx, qkey), true
+			continue
 		case next != nil:
 			next = nil // the hand-off was refused: release plainly
 			continue
@@ -767,6 +794,13 @@ func (l *Lock) successor(ctx context.Context, qkey string) *api.KVPair {
 	if err != nil {
 		return nil
 	}
+	return l.nextAfter(pairs, qkey)
+}
+
+// nextAfter returns the live queue entry right after qkey among pairs
+// (which may hold other keys too), nil if there is none or qkey is not
+// among them.
+func (l *Lock) nextAfter(pairs api.KVPairs, qkey string) *api.KVPair {
 	var own *api.KVPair
 	for _, p := range pairs {
 		if p.Key == qkey {
@@ -778,7 +812,8 @@ func (l *Lock) successor(ctx context.Context, qkey string) *api.KVPair {
 	}
 	var next *api.KVPair
 	for _, p := range pairs {
-		if p.Session != "" && p.Key != qkey && before(own, p) && (next == nil || before(p, next)) {
+		if p.Session != "" && p.Key != qkey && strings.HasPrefix(p.Key, l.queuePrefix()) &&
+			before(own, p) && (next == nil || before(p, next)) {
 			next = p
 		}
 	}
@@ -796,7 +831,7 @@ func (l *Lock) abandon(ctx context.Context, qkey string) {
 	if err != nil || p == nil || p.Session != l.s.id {
 		return
 	}
-	l.release(ctx, l.s.id, p.LockIndex, "")
+	l.release(ctx, l.s.id, p.LockIndex, "", nil)
 }
 
 // ErrLockInUse is returned by Destroy while the key is held.

@@ -258,11 +258,19 @@ func TestLockFairQueue(t *testing.T) {
 		m     *meter
 		l     *Lock
 		holds chan *Hold
+		mu    sync.Mutex
+		trace []string
 	}
 	cs := make([]*contender, waiters+1)
 	for i := range cs {
 		s, m := meteredSession(t, srv)
-		cs[i] = &contender{s: s, m: m, l: mustLock(t, s, key, nil), holds: make(chan *Hold, 1)}
+		c := &contender{s: s, m: m, holds: make(chan *Hold, 1)}
+		c.l = mustLock(t, s, key, func(l string) {
+			c.mu.Lock()
+			c.trace = append(c.trace, l)
+			c.mu.Unlock()
+		})
+		cs[i] = c
 	}
 	first, err := cs[0].l.Lock(ctx)
 	if err != nil {
@@ -311,10 +319,13 @@ func TestLockFairQueue(t *testing.T) {
 		for j := i; j <= waiters; j++ {
 			cs[j].m.waitParked(t, fmt.Sprintf("contender %d", j))
 		}
-		// The new holder sent one request, its monitor's: the key was
-		// handed to it by the Unlock, it did not have to acquire it.
-		if n := cs[i].m.count() - before[i]; n != 1 {
-			t.Errorf("hand-off %d: the new holder sent %d requests, want 1", i, n)
+		// The key was handed to the new holder by the Unlock: it did not
+		// have to acquire it.
+		cs[i].mu.Lock()
+		l := fmt.Sprint(cs[i].trace)
+		cs[i].mu.Unlock()
+		if !strings.Contains(l, fmt.Sprintf("handed %d", i+1)) || strings.Contains(l, "released at") {
+			t.Errorf("hand-off %d: the new holder did %s", i, l)
 		}
 		// The waiter behind the new holder was woken once, by the
 		// holder marking its queue entry, and went back to sleep on it
@@ -937,5 +948,77 @@ func TestLockAbandonAfterHandOff(t *testing.T) {
 	h, err := mustLock(t, lockSession(t, srv, nil), key, nil).TryLock(ctx)
 	if err != nil || h.Sequencer().LockIndex != 3 {
 		t.Fatalf("TryLock after the abandoned hand-off: %v %v", h, err)
+	}
+}
+
+// TestLockHandOffToWhoeverIsNext: the new holder learns who waits behind
+// it from the answer that handed it the lock; when that waiter has left
+// by the time of Unlock, the hand-off to it is refused and Unlock hands
+// the lock to whoever is next now.
+func TestLockHandOffToWhoeverIsNext(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	const key = "svc/leader"
+	a, b, c, d := lockSession(t, srv, nil), lockSession(t, srv, nil), lockSession(t, srv, nil), lockSession(t, srv, nil)
+	lb, lc, ld := collectLines(t), collectLines(t), collectLines(t)
+	ha, err := mustLock(t, a, key, nil).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl := mustLock(t, b, key, lb.hook)
+	holds := make(chan *Hold, 1)
+	go func() {
+		h, err := bl.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		holds <- h
+	}()
+	lb.expect("next after " + a.ID())
+	cctx, cancel := context.WithCancel(ctx)
+	cerr := make(chan error, 1)
+	go func() {
+		_, err := mustLock(t, c, key, lc.hook).Lock(cctx)
+		cerr <- err
+	}()
+	lc.expect("wait for " + b.ID())
+
+	if err := ha.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb.expect("handed 2")
+	lb.expect("acquired 2")
+	hb := <-holds
+	if hb.next == nil || hb.next.Session != c.ID() {
+		t.Fatalf("b's hint of who is next: %+v", hb.next)
+	}
+	lc.expect("next after " + b.ID())
+	cancel()
+	if err := <-cerr; err != context.Canceled {
+		t.Fatalf("c's Lock: %v", err)
+	}
+	dl := mustLock(t, d, key, ld.hook)
+	go func() {
+		h, err := dl.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		holds <- h
+	}()
+	ld.expect("next after " + b.ID())
+
+	if err := hb.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb.expect("successor " + c.ID())
+	lb.expect("successor " + d.ID())
+	lb.expect("handed to " + d.ID())
+	ld.expect("handed 3")
+	hd := <-holds
+	if err := hd.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _, _ := srv.c.KV().Keys(ctx, key+"/", "", nil); len(keys) != 0 {
+		t.Fatalf("queue left behind: %v", keys)
 	}
 }
