@@ -259,10 +259,16 @@ func writeJSON(w http.ResponseWriter, r *http.Request, v interface{}) error {
 	var err error
 	if b, ok := v.(bool); ok {
 		// What json.Marshal and json.MarshalIndent make of a bool, without
-		// their machinery: every KV write answers one.
-		buf = strconv.AppendBool(make([]byte, 0, 6), b)
+		// their machinery: every KV write answers one. The slices are
+		// shared: ResponseWriter.Write does not keep or change them.
+		pretty := 0
 		if wantPretty(r) {
-			buf = append(buf, '\n')
+			pretty = 1
+		}
+		if b {
+			buf = jsonTrue[pretty]
+		} else {
+			buf = jsonFalse[pretty]
 		}
 	} else if wantPretty(r) {
 		buf, err = json.MarshalIndent(v, "", "    ")
@@ -301,6 +307,12 @@ var (
 	hvModeStale      = headerValue(modeStale)
 )
 
+// The answers of writes, compact and under ?pretty (see writeJSON).
+var (
+	jsonTrue  = [2][]byte{[]byte("true"), []byte("true\n")}
+	jsonFalse = [2][]byte{[]byte("false"), []byte("false\n")}
+)
+
 // decodeStrict decodes one JSON value from body into v and refuses
 // anything after it other than white space.
 func decodeStrict(body []byte, v interface{}) error {
@@ -324,7 +336,7 @@ func readBody(r *http.Request, max int64) ([]byte, error) {
 	if r.ContentLength > max {
 		return nil, tooLarge(r.ContentLength, max)
 	}
-	b, err := readAll(io.LimitReader(r.Body, max+1), r.ContentLength)
+	b, err := readAllMax(r.Body, r.ContentLength, max+1)
 	if err != nil {
 		return nil, invalidf("Failed to read request body: %v", err)
 	}
@@ -339,13 +351,30 @@ func readBody(r *http.Request, max int64) ([]byte, error) {
 // length n (and the read that finds its end) instead of growing from 512
 // bytes. n is -1 when the length is unknown. The caller has bounded n.
 func readAll(r io.Reader, n int64) ([]byte, error) {
+	return readAllMax(r, n, -1)
+}
+
+// readAllMax is readAll that reads no more than limit bytes (limit < 0:
+// no limit), as readAll(io.LimitReader(r, limit), n) would, without
+// allocating the LimitedReader.
+func readAllMax(r io.Reader, n, limit int64) ([]byte, error) {
 	size := 512
 	if n >= 0 {
 		size = int(n) + 1
 	}
+	if limit >= 0 && int64(size) > limit {
+		size = int(limit)
+	}
 	b := make([]byte, 0, size)
 	for {
-		m, err := r.Read(b[len(b):cap(b)])
+		if limit >= 0 && int64(len(b)) >= limit {
+			return b, nil
+		}
+		p := b[len(b):cap(b)]
+		if limit >= 0 && int64(len(p)) > limit-int64(len(b)) {
+			p = p[:limit-int64(len(b))]
+		}
+		m, err := r.Read(p)
 		b = b[:len(b)+m]
 		if err != nil {
 			if err == io.EOF {
