@@ -12,7 +12,10 @@
 {
 set -euo pipefail
 
-WORKLOADS="session-churn,lock-own,lock-contend,put,get-consistent,watch-wake,sessions-keepalive"
+# An entry NAME@N runs workload NAME with N clients and is its own group in the
+# table; a plain NAME runs with -c, or else the workload's default count.
+WORKLOADS="session-churn@1,session-churn,lock-own@1,lock-own,lock-contend,put@1,put,get-consistent@1,get-consistent,watch-wake,sessions-keepalive"
+KNOWN_WORKLOADS="session-churn,lock-own,lock-contend,put,get-consistent,watch-wake,sessions-keepalive"
 TARGETS="holdfast,etcd,zk"
 DURATION=10s
 KA_DURATION=30s
@@ -29,12 +32,13 @@ REPORT=""
 usage() {
 	cat <<EOF
 usage: bench/compare.sh [options]
-  -w LIST   workloads, comma-separated (default: $WORKLOADS)
+  -w LIST   workloads, comma-separated; NAME@N runs NAME with N clients, shown
+            as its own group NAME@N (default: $WORKLOADS)
   -t LIST   targets, comma-separated, from holdfast,etcd,zk (default: $TARGETS)
   -d DUR    measured duration of each run (default: $DURATION)
   -k DUR    measured duration of sessions-keepalive (default: $KA_DURATION)
   -r N      runs per workload and target; the median is reported (default: $RUNS)
-  -c N      clients for every workload (default: each workload's own, see README)
+  -c N      clients for every workload without @N (default: each workload's own, see README)
   -s N      holdfast sessions for sessions-keepalive (default: $HF_SESSIONS)
   -e N      etcd leases for sessions-keepalive (default: $ETCD_SESSIONS)
   -z N      ZooKeeper sessions (connections) for sessions-keepalive, 0 = skip (default: $ZK_SESSIONS)
@@ -63,6 +67,20 @@ while getopts "w:t:d:k:r:c:s:e:z:o:R:nh" opt; do
 	*) usage >&2; exit 2 ;;
 	esac
 done
+
+# Check -w and -c before anything is installed, built or started.
+IFS=, read -r -a wlist <<<"$WORKLOADS"
+((${#wlist[@]})) || { echo "compare.sh: -w: no workloads" >&2; exit 2; }
+for e in "${wlist[@]}"; do
+	if [[ ! $e =~ ^[a-z-]+(@[1-9][0-9]*)?$ ]] || [[ ",$KNOWN_WORKLOADS," != *",${e%@*},"* ]]; then
+		echo "compare.sh: -w: bad entry '$e' (want NAME or NAME@N, NAME one of $KNOWN_WORKLOADS)" >&2
+		exit 2
+	fi
+done
+if [[ ! $CLIENTS =~ ^[0-9]+$ ]]; then
+	echo "compare.sh: -c: want a number of clients, got '$CLIENTS'" >&2
+	exit 2
+fi
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/holdfast-compare.XXXXXX")
@@ -109,7 +127,7 @@ cleanup() {
 	else
 		rm -rf "$TMP"
 	fi
-	exit $rc
+	exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -272,8 +290,9 @@ start() {
 
 # ---- one run
 
+# run_one T W N: workload W against target T with N clients (0 = W's default).
 run_one() {
-	local t=$1 w=$2 dur=$DURATION extra=() line
+	local t=$1 w=$2 clients=$3 dur=$DURATION extra=() line
 	local addr
 	addr=$(eval echo "\$ADDR_$t")
 	if [[ $w == sessions-keepalive ]]; then
@@ -294,9 +313,9 @@ run_one() {
 	if [[ $t == holdfast && $w == lock-contend ]]; then extra+=(-lock-client "${HF_LOCK_CLIENT:-recipe}"); fi
 	local limit=$(($(secs "$dur") + 900))
 	line=$(timeout --kill-after=10 "$limit" "${cmd[@]}" -addr "$addr" -workload "$w" -duration "$dur" \
-		-clients "$CLIENTS" -pid "${PID[$t]}" -quiet "${extra[@]}" 2>>"$TMP/errors.log" | grep '^result ' || true)
+		-clients "$clients" -pid "${PID[$t]}" -quiet "${extra[@]}" 2>>"$TMP/errors.log" | grep '^result ' || true)
 	if [[ -z $line ]]; then
-		line="result target=$t workload=$w failed=1"
+		line="result target=$t workload=$w clients=$clients failed=1"
 	fi
 	echo "$line" >>"$RESULTS"
 	if [[ -n $OUT ]]; then echo "$line" >>"$OUT"; fi
@@ -304,6 +323,10 @@ run_one() {
 }
 
 # ---- table: median per (workload, target, metric), ratio to the best peer
+#
+# Lines are grouped by the -w entries: a line "workload=W clients=N" belongs
+# to the group W@N if that entry is listed, else to the plain group W. So files
+# saved before NAME@N existed (or with other counts) fall into the plain groups.
 
 report() {
 	echo
@@ -316,15 +339,20 @@ function med(key,   n, i, j, t, a) {
 	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
 	return (n % 2) ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
 }
+BEGIN {
+	nw = split(workloads, wl, ",")
+	for (wi = 1; wi <= nw; wi++) listed[wl[wi]] = 1
+}
 /^result / {
 	delete f
 	for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
-	if (f["failed"] == 1) { failed[f["workload"] "|" f["target"]]++; next }
 	w = f["workload"]; t = f["target"]
+	g = (f["clients"] != "" && ((w "@" f["clients"]) in listed)) ? w "@" f["clients"] : w
+	if (f["failed"] == 1) { failed[g "|" t]++; next }
 	if (w == "sessions-keepalive") {
 		if (f["sessions"] > 0 && f["rss_delta_mib"] != "") f["mib_per_10k"] = f["rss_delta_mib"] * 10000 / f["sessions"]
 	}
-	for (k in f) vals[w "|" t "|" k] = vals[w "|" t "|" k] (vals[w "|" t "|" k] == "" ? "" : " ") f[k]
+	for (k in f) vals[g "|" t "|" k] = vals[g "|" t "|" k] (vals[g "|" t "|" k] == "" ? "" : " ") f[k]
 }
 END {
 	# metric list per workload: name:direction (+ higher is better, - lower is better)
@@ -338,9 +366,12 @@ END {
 	label["rate"] = "rate/s"; label["p50_ms"] = "p50 ms"; label["p99_ms"] = "p99 ms"
 	split("holdfast etcd zk", tg, " ")
 	printf "%-19s %-15s %12s %12s %12s %12s %9s\n", "workload", "metric", "holdfast", "etcd", "zk", "best peer", "hf/best"
-	nw = split(workloads, wl, ",")
 	for (wi = 1; wi <= nw; wi++) {
-		w = wl[wi]
+		g = wl[wi]
+		if (g in shown) continue
+		shown[g] = 1
+		# A group W@N has the metrics, names and directions of W.
+		w = g; sub(/@.*/, "", w)
 		if (!(w in m)) continue
 		nm = split(m[w], ml, " ")
 		for (mi = 1; mi <= nm; mi++) {
@@ -350,14 +381,14 @@ END {
 			if (w == "lock-contend" && k ~ /_ms$/) name = "gap " name
 			best = ""
 			for (ti = 1; ti <= 3; ti++) {
-				v[ti] = med(w "|" tg[ti] "|" k)
+				v[ti] = med(g "|" tg[ti] "|" k)
 				if (ti > 1 && v[ti] != "" && dir != "=") {
 					if (best == "" || (dir == "+" && v[ti] + 0 > best + 0) || (dir == "-" && v[ti] + 0 < best + 0)) best = v[ti]
 				}
 			}
 			ratio = (v[1] != "" && best != "" && best + 0 != 0) ? sprintf("%.2f", v[1] / best) : "-"
 			if (v[1] == "" && v[2] == "" && v[3] == "") continue
-			printf "%-19s %-15s %12s %12s %12s %12s %9s\n", w, name, fmt(v[1]), fmt(v[2]), fmt(v[3]), fmt(best), ratio
+			printf "%-19s %-15s %12s %12s %12s %12s %9s\n", g, name, fmt(v[1]), fmt(v[2]), fmt(v[3]), fmt(best), ratio
 		}
 	}
 	for (k in failed) printf "failed runs: %s x%d\n", k, failed[k]
@@ -378,9 +409,11 @@ build
 IFS=, read -r -a tlist <<<"$TARGETS"
 for t in "${tlist[@]}"; do start "$t" || true; done
 
-IFS=, read -r -a wlist <<<"$WORKLOADS"
 DIRTY=0
-for w in "${wlist[@]}"; do
+for e in "${wlist[@]}"; do
+	# e is NAME or NAME@N; w is the workload, nc its client count (0 = default).
+	w=${e%@*} nc=$CLIENTS
+	[[ $e == *@* ]] && nc=${e#*@}
 	if [[ $w == sessions-keepalive ]]; then
 		DIRTY=1
 	elif ((DIRTY)); then
@@ -401,8 +434,8 @@ for w in "${wlist[@]}"; do
 				# Memory is measured from a freshly started, empty server.
 				start "$t" || continue
 			fi
-			log "run $r/$RUNS: $w on $t"
-			run_one "$t" "$w"
+			log "run $r/$RUNS: $e on $t"
+			run_one "$t" "$w" "$nc"
 		done
 	done
 done

@@ -22,8 +22,14 @@ func TestConfigCheck(t *testing.T) {
 	c.Workload = WorkloadLockContend
 	c.Clients = 0
 	c.Watchers = 0
-	if err := c.Check(); err != nil || c.Clients != 8 {
-		t.Fatalf("lock-contend default clients %d", c.Clients)
+	if err := c.Check(); err != nil || c.Clients != 32 {
+		t.Fatalf("lock-contend default clients %d, want 32", c.Clients)
+	}
+	for w, want := range map[string]int{WorkloadSessionChurn: 8, WorkloadLockOwn: 8, WorkloadWatchWake: 8, WorkloadPing: 1} {
+		c.Workload, c.Clients, c.Watchers = w, 0, 0
+		if err := c.Check(); err != nil || c.Clients != want {
+			t.Errorf("%s default clients %d, want %d (err %v)", w, c.Clients, want, err)
+		}
 	}
 }
 
