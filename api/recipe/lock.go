@@ -199,10 +199,12 @@ func (l *Lock) Lock(ctx context.Context) (*Hold, error) {
 	defer stop()
 
 	qkey := l.queueKey()
-	if err := l.joinQueue(ctx, qkey); err != nil {
+	untrusted := l.s.Untrusted()
+	pairs, err := l.joinQueue(ctx, qkey)
+	if err != nil {
 		return nil, ctxErr(ctx, l.s, err)
 	}
-	h, err := l.waitInQueue(ctx, qkey)
+	h, err := l.waitInQueue(ctx, qkey, pairs, untrusted)
 	if err != nil {
 		// Leave the queue, even though ctx may be over.
 		cctx, cancel := cleanupCtx(ctx, l.s.clk, l.s.renewTO)
@@ -279,16 +281,42 @@ func (l *Lock) tracef(format string, args ...any) {
 	}
 }
 
-// joinQueue makes (or keeps) our entry in the queue.
-func (l *Lock) joinQueue(ctx context.Context, qkey string) error {
-	ok, _, err := l.kv.Acquire(ctx, &api.KVPair{Key: qkey, Session: l.s.id, Flags: LockFlagValue, Value: l.value}, nil)
+// joinQueue makes (or keeps) our entry in the queue. It is one
+// transaction that also reads the key and the queue as they are right
+// after the join (a prefix read of the key: pairs), which saves the
+// waiter a read; pairs is nil when the server would not read in the
+// transaction.
+func (l *Lock) joinQueue(ctx context.Context, qkey string) (pairs api.KVPairs, err error) {
+	ops := api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: qkey, Session: l.s.id, Flags: LockFlagValue, Value: l.value}},
+		{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: l.key}},
+	}
+	ok, resp, _, err := l.s.c.Txn().Txn(ctx, ops, nil)
+	var se *api.StatusError
+	if errors.As(err, &se) && se.Code/100 == 4 {
+		ok, _, err = l.kv.Acquire(ctx, &api.KVPair{Key: qkey, Session: l.s.id, Flags: LockFlagValue, Value: l.value}, nil)
+		resp = nil
+	}
 	if err != nil {
-		return fmt.Errorf("recipe: joining the queue of %q: %w", l.key, err)
+		return nil, fmt.Errorf("recipe: joining the queue of %q: %w", l.key, err)
 	}
 	if !ok {
-		return fmt.Errorf("recipe: joining the queue of %q: entry %q refused", l.key, qkey)
+		why := "refused"
+		if resp != nil && len(resp.Errors) > 0 {
+			why = resp.Errors[0].What
+		}
+		return nil, fmt.Errorf("recipe: joining the queue of %q: entry %q %s", l.key, qkey, why)
 	}
-	return nil
+	if resp == nil || len(resp.Results) == 0 {
+		return nil, nil
+	}
+	// The first result is the lock's, the rest the prefix read.
+	for _, r := range resp.Results[1:] {
+		if r.KV != nil {
+			pairs = append(pairs, r.KV)
+		}
+	}
+	return pairs, nil
 }
 
 // errAgain asks waitInQueue to read the queue and the key again.
@@ -311,13 +339,20 @@ var errDelayUnsaid = errors.New("recipe: refused for a lock-delay of unknown len
 // failed), we take it on condition that it is still as freed. The head of
 // the queue, with no predecessor, sleeps on the key while anyone outside
 // the queue (a Consul locker) holds it, and takes it when free.
-func (l *Lock) waitInQueue(ctx context.Context, qkey string) (*Hold, error) {
+//
+// pairs, if not nil, is the key and queue as read when we joined, and
+// untrusted the session's trust from before that read.
+func (l *Lock) waitInQueue(ctx context.Context, qkey string, pairs api.KVPairs, untrusted <-chan struct{}) (*Hold, error) {
 	var errs, unsaid int
 	for {
-		// The hold is judged by the trust the session had before the
-		// read that shows it: a Suspended in between loses it at once.
-		untrusted := l.s.Untrusted()
-		key, pred, err := l.readQueue(ctx, qkey)
+		if pairs == nil {
+			// The hold is judged by the trust the session had before
+			// the read that shows it: a Suspended in between loses it
+			// at once.
+			untrusted = l.s.Untrusted()
+		}
+		key, pred, err := l.readQueue(ctx, qkey, pairs)
+		pairs = nil
 		var h *Hold
 		if err == nil {
 			h, err = l.queueStep(ctx, qkey, key, pred, untrusted)
@@ -434,13 +469,14 @@ func (l *Lock) adopt(ctx context.Context, qkey string, p *api.KVPair, untrusted 
 // key (nil if absent) and the live entry just before ours (nil if we are
 // at the head). It puts our entry back if it is missing, and deletes
 // entries whose session died.
-func (l *Lock) readQueue(ctx context.Context, qkey string) (key, pred *api.KVPair, err error) {
+func (l *Lock) readQueue(ctx context.Context, qkey string, pairs api.KVPairs) (key, pred *api.KVPair, err error) {
 	for attempt := 0; ; attempt++ {
 		// A prefix read of the key covers the key and its queue (and keys
 		// that merely start with the same characters, which are skipped).
-		pairs, _, err := l.kv.List(ctx, l.key, nil)
-		if err != nil {
-			return nil, nil, err
+		if pairs == nil {
+			if pairs, _, err = l.kv.List(ctx, l.key, nil); err != nil {
+				return nil, nil, err
+			}
 		}
 		key = nil
 		var own *api.KVPair
@@ -463,7 +499,7 @@ func (l *Lock) readQueue(ctx context.Context, qkey string) (key, pred *api.KVPai
 			if attempt > 0 {
 				return nil, nil, fmt.Errorf("recipe: our entry in the queue of %q keeps disappearing", l.key)
 			}
-			if err := l.joinQueue(ctx, qkey); err != nil {
+			if pairs, err = l.joinQueue(ctx, qkey); err != nil {
 				return nil, nil, err
 			}
 			continue

@@ -928,7 +928,7 @@ func TestLockAbandonAfterHandOff(t *testing.T) {
 	// b joins the queue but nobody waits in its Lock call: it stands for
 	// a Lock whose context ends just as the key is handed to it.
 	lb := mustLock(t, b, key, nil)
-	if err := lb.joinQueue(ctx, lb.queueKey()); err != nil {
+	if _, err := lb.joinQueue(ctx, lb.queueKey()); err != nil {
 		t.Fatal(err)
 	}
 	if err := ha.Unlock(ctx); err != nil {
