@@ -54,8 +54,12 @@ type Config struct {
 	Datacenter string
 
 	// HTTPClient carries the requests. Nil means a client of its own with a
-	// copy of http.DefaultTransport. It must not have a Timeout shorter than
-	// the longest blocking query you intend to make; use contexts instead.
+	// copy of http.DefaultTransport that keeps up to DefaultIdleConns idle
+	// connections to the server (the standard library keeps 2, so a
+	// client shared by a handful of goroutines would open and close a
+	// connection for most requests). It must not have a Timeout shorter
+	// than the longest blocking query you intend to make; use contexts
+	// instead.
 	HTTPClient *http.Client
 
 	// Token is sent as X-Consul-Token unless the request's options carry one.
@@ -136,12 +140,18 @@ func NewClient(cfg *Config) (*Client, error) {
 	if c.hc == nil {
 		var rt http.RoundTripper = http.DefaultTransport
 		if t, ok := http.DefaultTransport.(*http.Transport); ok {
-			rt = t.Clone()
+			t = t.Clone()
+			t.MaxIdleConnsPerHost = DefaultIdleConns
+			rt = t
 		}
 		c.hc = &http.Client{Transport: rt}
 	}
 	return c, nil
 }
+
+// DefaultIdleConns is how many idle connections to its server a Client
+// made without an HTTPClient keeps for reuse.
+const DefaultIdleConns = 64
 
 // QueryOptions tune a read. A nil *QueryOptions means all defaults.
 type QueryOptions struct {

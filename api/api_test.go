@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -354,4 +355,48 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestDefaultClientReusesConnections: a Client made without an HTTPClient
+// keeps its connections when several goroutines share it, instead of the
+// standard library's 2 idle connections per host.
+func TestDefaultClientReusesConnections(t *testing.T) {
+	var mu sync.Mutex
+	opened := 0
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Consul-Index", "1")
+		io.WriteString(w, "[]")
+	}))
+	ts.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			mu.Lock()
+			opened++
+			mu.Unlock()
+		}
+	}
+	ts.Start()
+	defer ts.Close()
+	c, err := NewClient(&Config{Address: strings.TrimPrefix(ts.URL, "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const goroutines, rounds = 8, 20
+	for r := 0; r < rounds; r++ {
+		var wg sync.WaitGroup
+		for g := 0; g < goroutines; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, _, err := c.KV().List(context.Background(), "k", nil); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if opened > goroutines {
+		t.Fatalf("%d connections opened for %d rounds of %d concurrent requests, want at most %d", opened, rounds, goroutines, goroutines)
+	}
 }
