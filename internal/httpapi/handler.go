@@ -238,6 +238,12 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 // wantPretty reports whether ?pretty was given.
 func wantPretty(r *http.Request) bool {
+	if raw := r.URL.RawQuery; !strings.Contains(raw, "pretty") && !strings.Contains(raw, "%") {
+		// No parameter can be named pretty (keys are unescaped, hence
+		// "%"): every read answer asks, and parsing the query again for it
+		// cost a blocking query's wake-up more than encoding its answer.
+		return false
+	}
 	_, ok := query(r)["pretty"]
 	return ok
 }

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -51,6 +52,25 @@ func TestHeaderKeysCanonical(t *testing.T) {
 		"X-Consul-Index", "X-Consul-Knownleader", "X-Consul-Lastcontact", "X-Consul-Effective-Consistency"} {
 		if c := http.CanonicalHeaderKey(k); c != k {
 			t.Errorf("%q is not canonical (%q)", k, c)
+		}
+	}
+}
+
+// wantPretty and checkDatacenter skip parsing a query that cannot hold
+// their parameter; they must agree with parsing it.
+func TestQueryFastPaths(t *testing.T) {
+	for _, raw := range []string{"", "index=5&wait=1s", "pretty", "pretty=1", "x=pretty", "%70retty", "a=1&%70retty=",
+		"dc=dc1", "dc=dc2", "%64c=dc2", "x=dc2", "dcx=1", "pretty&dc=DC1", "%zz", "a=%"} {
+		r := &http.Request{URL: &url.URL{Path: "/v1/kv/k", RawQuery: raw}}
+		q, _ := url.ParseQuery(raw)
+		if _, want := q["pretty"]; wantPretty(r) != want {
+			t.Errorf("wantPretty(%q) = %v, want %v", raw, !want, want)
+		}
+		h := &handler{b: newFakeBackend(newFakeClock())}
+		dc := q.Get("dc")
+		want := dc == "" || strings.EqualFold(dc, testDC)
+		if got := h.checkDatacenter(r) == nil; got != want {
+			t.Errorf("checkDatacenter(%q) ok = %v, want %v", raw, got, want)
 		}
 	}
 }
