@@ -463,13 +463,6 @@ func parseWriteMeta(h http.Header, wm *WriteMeta) {
 	}
 }
 
-func decodeJSON(r io.Reader, out any) error {
-	if err := json.NewDecoder(r).Decode(out); err != nil {
-		return fmt.Errorf("api: decoding response: %w", err)
-	}
-	return nil
-}
-
 // closeBody drains a little of what is left so the connection can be
 // reused, then closes it.
 func closeBody(resp *http.Response) {

@@ -36,7 +36,9 @@ type KVPair struct {
 	ModifyIndex uint64
 }
 
-// KVPairs is a list of pairs, as List returns them (sorted by key).
+// KVPairs is a list of pairs, as List returns them (sorted by key). The
+// pairs of one answer share their memory: keeping one
+// pair keeps the strings and values of all.
 type KVPairs []*KVPair
 
 // KV is the key/value endpoint, /v1/kv. Get one with Client.KV.

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 )
@@ -102,7 +101,7 @@ func (t *Txn) Txn(ctx context.Context, ops TxnOps, w *WriteOptions) (ok bool, re
 	var se *StatusError
 	if errors.As(err, &se) && se.Code == http.StatusConflict {
 		rolled := &TxnResponse{}
-		if jerr := json.Unmarshal([]byte(se.Body), rolled); jerr != nil {
+		if jerr := unmarshalJSON([]byte(se.Body), rolled); jerr != nil {
 			return false, nil, wm, err
 		}
 		return false, rolled, wm, nil
