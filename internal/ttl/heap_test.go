@@ -7,6 +7,7 @@ import (
 	"sort"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -182,5 +183,67 @@ func BenchmarkHeapSet100k(b *testing.B) {
 		// round-robin renewals do: the worst case for the heap.
 		h.Set(ids[i%n], at(time.Duration(n+i)*time.Millisecond))
 		i++
+	}
+}
+
+func TestHeapMonotonicDeadlines(t *testing.T) {
+	// Deadlines from the real clock carry monotonic readings; offsets from
+	// the heap's base follow them, and what comes back is the same instant.
+	var h Heap
+	now := time.Now()
+	h.Set("b", now.Add(2*time.Second))
+	h.Set("a", now.Add(time.Second))
+	h.Set("c", now.Add(-time.Second)) // before the base
+	if id, dl, _ := h.Next(); id != "c" || !dl.Equal(now.Add(-time.Second)) {
+		t.Fatalf("Next = %s %v", id, dl)
+	}
+	if dl, _ := h.Deadline("b"); !dl.Equal(now.Add(2 * time.Second)) {
+		t.Fatalf("Deadline(b) = %v, want %v", dl, now.Add(2*time.Second))
+	}
+	if got := h.PopExpired(now.Add(time.Second - 1)); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("PopExpired = %v", got)
+	}
+	if got := h.PopExpired(now.Add(time.Second)); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("PopExpired = %v", got)
+	}
+	// A heap emptied and reused keeps its base; one cleared gets a new one.
+	h.Clear()
+	later := now.Add(time.Hour)
+	h.Set("d", later)
+	if dl, _ := h.Deadline("d"); !dl.Equal(later) {
+		t.Fatalf("Deadline(d) = %v, want %v", dl, later)
+	}
+}
+
+func TestHeapIntern(t *testing.T) {
+	canon := map[string]string{}
+	var calls []string
+	h := Heap{intern: func(id string) string {
+		calls = append(calls, id)
+		if c, ok := canon[id]; ok {
+			return c
+		}
+		return id
+	}}
+	keep := "session-a"
+	canon[keep] = keep
+	h.Set(string([]byte("session-a")), at(time.Second)) // a copy: the heap keeps the canonical one
+	h.Set("session-a", at(2*time.Second))               // present: not interned again
+	h.Set("session-b", at(3*time.Second))
+	if !slices.Equal(calls, []string{"session-a", "session-b"}) {
+		t.Fatalf("intern called for %v, want each new id once", calls)
+	}
+	for id, e := range h.byID {
+		if id != e.id || (id == keep && unsafe.StringData(e.id) != unsafe.StringData(keep)) {
+			t.Fatalf("entry %q keeps %q, not the interned string", id, e.id)
+		}
+	}
+	h.Clear()
+	h.Set("session-c", at(0))
+	if len(calls) != 3 {
+		t.Fatal("Clear dropped the intern function")
+	}
+	if got := h.PopExpired(at(0)); !slices.Equal(got, []string{"session-c"}) {
+		t.Fatalf("PopExpired = %v", got)
 	}
 }

@@ -50,11 +50,23 @@ type Timers struct {
 // Remove, Clear and Len, but not Close. onExpire must not be nil.
 //
 // The caller must call Close to stop the goroutine.
-func New(clk clock.Clock, onExpire func(id string)) *Timers {
-	return newTimers(clk, onExpire, nil)
+func New(clk clock.Clock, onExpire func(id string), opts ...Option) *Timers {
+	return newTimers(clk, onExpire, nil, opts...)
 }
 
-func newTimers(clk clock.Clock, onExpire func(id string), afterRun func()) *Timers {
+// Option configures a Timers.
+type Option func(*Timers)
+
+// WithIntern has Timers keep intern(id), which must equal id, as the key of
+// each id it starts tracking, instead of the caller's string. The server
+// passes the session ID already held by its state, so the heap shares it
+// rather than keeping a second copy of every live session's ID. intern is
+// called with the Timers' lock held, only when an absent id is Reset.
+func WithIntern(intern func(id string) string) Option {
+	return func(t *Timers) { t.h.intern = intern }
+}
+
+func newTimers(clk clock.Clock, onExpire func(id string), afterRun func(), opts ...Option) *Timers {
 	if onExpire == nil {
 		panic("ttl: New with a nil onExpire")
 	}
@@ -65,6 +77,9 @@ func newTimers(clk clock.Clock, onExpire func(id string), afterRun func()) *Time
 		inflight: make(map[string]struct{}),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(t)
 	}
 	// clock.Clock cannot make a stopped timer; make one and stop it. Its
 	// channel stays the same through every Reset, so the goroutine reads

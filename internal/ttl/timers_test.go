@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/holdfast/holdfast/clock"
 	"github.com/holdfast/holdfast/clock/clocktest"
@@ -450,5 +451,39 @@ func BenchmarkResetRandom100k(b *testing.B) {
 	r := rand.New(rand.NewPCG(8, 9))
 	for b.Loop() {
 		tr.Reset(ids[r.IntN(n)], time.Hour)
+	}
+}
+
+func TestTimersWithIntern(t *testing.T) {
+	canon := "session-1"
+	var mu sync.Mutex
+	var interned []string
+	expired := make(chan string, 1)
+	clk := clocktest.NewFake(t0)
+	tr := New(clk, func(id string) { expired <- id }, WithIntern(func(id string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		interned = append(interned, id)
+		if id == canon {
+			return canon
+		}
+		return id
+	}))
+	defer tr.Close()
+	tr.Reset(string([]byte(canon)), 10*time.Second)
+	tr.Reset(canon, 10*time.Second) // a renewal: already there
+	clk.Advance(10 * time.Second)
+	select {
+	case id := <-expired:
+		if id != canon || unsafe.StringData(id) != unsafe.StringData(canon) {
+			t.Fatalf("expired %q, not the interned string", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing expired")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(interned, []string{canon}) {
+		t.Fatalf("intern called for %v, want once", interned)
 	}
 }
