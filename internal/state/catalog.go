@@ -216,13 +216,8 @@ func (tx *wtx) deleteNode(node string) {
 		return
 	}
 	// Sessions first, so each is invalidated once as a whole.
-	it, err := tx.Get(tabSessions, "node", node)
-	must(err)
-	var sids []string
-	for r := it.Next(); r != nil; r = it.Next() {
-		sids = append(sids, r.(*Session).ID)
-	}
-	for _, id := range sids {
+	_, sess := nodeSessions(tx.Txn, node)
+	for _, id := range sessionIDs(sess) {
 		tx.invalidate(id)
 	}
 	sit, err := tx.Get(tabServices, "node", node)

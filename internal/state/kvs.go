@@ -130,9 +130,7 @@ func (tx *wtx) kvCAS(e *DirEntry) bool {
 }
 
 func (tx *wtx) sessionExists(id string) bool {
-	raw, err := tx.First(tabSessions, "id", id)
-	must(err)
-	return raw != nil
+	return tx.session(id) != nil
 }
 
 // kvLock acquires e.Key for e.Session. The holder may re-acquire to update

@@ -17,6 +17,7 @@ const (
 	tabServices   = "services"
 	tabChecks     = "checks"
 	tabQueries    = "prepared_queries"
+	tabBindings   = "session_bindings" // derived from sessions; see sessionBinding
 )
 
 // indexEntry records the last raft index that changed a table.
@@ -39,11 +40,30 @@ type lockDelay struct {
 	Until int64 // unix nanoseconds, from the leader-stamped command time
 }
 
-// sessionCheckIndex indexes a session under each check it is bound to
-// ("node\x00checkID\x00"), so a check that goes critical finds its sessions
-// without a table of bindings: one index entry per binding instead of three.
-type sessionCheckIndex struct{}
+// sessionBinding holds the sessions bound to one check of one node, or,
+// with Check "", the node's sessions bound to no check: what the "node"
+// and multi-valued "check" indexes of a sessions table of rows would give,
+// for a slot in a sessionSet per session instead of a radix leaf per index.
+// A session is in the binding of each distinct check it names, so
+// invalidating a check reaches exactly its sessions, and a node's bindings,
+// adjacent in the table, hold its sessions.
+//
+// Bindings are derived from the sessions table: not in snapshots, rebuilt on
+// restore. Each update replaces the object, so its watch channel (and the
+// prefix of its node) fires exactly when a bound session comes or goes.
+type sessionBinding struct {
+	Node, Check string
+	Sessions    sessionSet
+	// one is []string{Check}, shared as the NodeChecks of every session
+	// bound to Check alone (the default: [serfHealth]).
+	one []string
+}
 
+// noCheck is the Check of the binding of sessions bound to no check. No
+// check has an empty ID (registration refuses it).
+const noCheck = ""
+
+// checkKey is the key of the binding of check on node.
 func checkKey(node, check string) []byte {
 	b := make([]byte, 0, len(node)+len(check)+2)
 	b = append(b, node...)
@@ -52,38 +72,76 @@ func checkKey(node, check string) []byte {
 	return append(b, 0)
 }
 
-// FromObject implements memdb.MultiIndexer.
-func (sessionCheckIndex) FromObject(raw interface{}) (bool, [][]byte, error) {
-	s, ok := raw.(*Session)
+// bindingIndex keys a sessionBinding by "node\x00check\x00"; its prefix
+// form takes the node alone and finds all of that node's bindings.
+type bindingIndex struct{}
+
+// FromObject implements memdb.SingleIndexer.
+func (bindingIndex) FromObject(raw interface{}) (bool, []byte, error) {
+	b, ok := raw.(*sessionBinding)
 	if !ok {
-		return false, nil, fmt.Errorf("state: check index on %T", raw)
+		return false, nil, fmt.Errorf("state: binding index on %T", raw)
 	}
-	ids := s.CheckIDs()
-	if len(ids) == 0 {
-		return false, nil, nil
-	}
-	vals := make([][]byte, 0, len(ids))
-	seen := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		if !seen[id] { // a check named twice is one binding
-			seen[id] = true
-			vals = append(vals, checkKey(s.Node, id))
-		}
-	}
-	return true, vals, nil
+	return true, checkKey(b.Node, b.Check), nil
 }
 
 // FromArgs implements memdb.Indexer: (node, checkID).
-func (sessionCheckIndex) FromArgs(args ...interface{}) ([]byte, error) {
+func (bindingIndex) FromArgs(args ...interface{}) ([]byte, error) {
 	if len(args) != 2 {
-		return nil, fmt.Errorf("state: check index wants node and check ID, got %d args", len(args))
+		return nil, fmt.Errorf("state: binding index wants node and check ID, got %d args", len(args))
 	}
 	node, ok1 := args[0].(string)
 	check, ok2 := args[1].(string)
 	if !ok1 || !ok2 {
-		return nil, fmt.Errorf("state: check index wants strings")
+		return nil, fmt.Errorf("state: binding index wants strings")
 	}
 	return checkKey(node, check), nil
+}
+
+// PrefixFromArgs implements memdb.PrefixIndexer: (node).
+func (bindingIndex) PrefixFromArgs(args ...interface{}) ([]byte, error) {
+	if len(args) != 1 {
+		return nil, fmt.Errorf("state: binding prefix wants a node, got %d args", len(args))
+	}
+	node, ok := args[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("state: binding prefix wants a string")
+	}
+	return append([]byte(node), 0), nil
+}
+
+// sessionTable is the one object of the sessions table: every session,
+// in ID order. A session is not a row of its own because a go-memdb row
+// costs, per index, a radix leaf, a node and two watch channels (about 450
+// bytes, nearly three times the session); in a sessionSet it costs about 9.
+// Replacing this object in a write transaction keeps sessions as atomic,
+// isolated and watchable as any table: the object's watch channel fires on
+// every session change (what a list watches), and each session carries its
+// own channel for a watcher of that one session (storedSession.watchCh).
+type sessionTable struct {
+	Sessions sessionSet
+}
+
+// sessionTableKey is the sessions table's only key.
+var sessionTableKey = []byte{'s'}
+
+// sessionTableIndex keys the one sessionTable; FromArgs takes no argument.
+type sessionTableIndex struct{}
+
+// FromObject implements memdb.SingleIndexer.
+func (sessionTableIndex) FromObject(raw interface{}) (bool, []byte, error) {
+	if _, ok := raw.(*sessionTable); !ok {
+		return false, nil, fmt.Errorf("state: sessions index on %T", raw)
+	}
+	return true, sessionTableKey, nil
+}
+
+// FromArgs implements memdb.Indexer.
+func (sessionTableIndex) FromArgs(args ...interface{}) ([]byte, error) {
+	if len(args) != 0 {
+		return nil, fmt.Errorf("state: the sessions table has one object and takes no key")
+	}
+	return sessionTableKey, nil
 }
 
 func str(field string) memdb.Indexer { return &memdb.StringFieldIndex{Field: field} }
@@ -166,9 +224,8 @@ func schema() *memdb.DBSchema {
 			optIndex("session", strField[DirEntry]{func(e *DirEntry) string { return e.Session }})),
 		t(tabTombstones, idIndex(str("Key"))),
 		t(tabDelays, idIndex(str("Key"))),
-		t(tabSessions, idIndex(strField[Session]{func(s *Session) string { return s.ID }}),
-			optIndex("node", strField[Session]{func(s *Session) string { return s.Node }}),
-			optIndex("check", sessionCheckIndex{})),
+		t(tabSessions, idIndex(sessionTableIndex{})),
+		t(tabBindings, idIndex(bindingIndex{})),
 		t(tabNodes, idIndex(str("Node"))),
 		t(tabServices, idIndex(compound("Node", "ID")),
 			optIndex("node", str("Node")),

@@ -40,6 +40,12 @@ func (sn *Snapshot) Persist(w io.Writer) error {
 		return err
 	}
 	for _, t := range dumped {
+		if t == tabSessions {
+			if err := persistSessions(sn.tx, enc); err != nil {
+				return err
+			}
+			continue
+		}
 		it, err := sn.tx.Get(t, "id")
 		if err != nil {
 			return err
@@ -55,6 +61,21 @@ func (sn *Snapshot) Persist(w io.Writer) error {
 		}
 	}
 	return bw.Flush()
+}
+
+// persistSessions writes one record per session, as for any table of
+// rows (the sessions table is one object holding them all).
+func persistSessions(tx *memdb.Txn, enc *json.Encoder) error {
+	_, set := sessionsOf(tx)
+	var err error
+	set.each(func(r *storedSession) bool {
+		var b []byte
+		if b, err = json.Marshal(&r.Session); err == nil {
+			err = enc.Encode(record{T: tabSessions, V: b})
+		}
+		return err == nil
+	})
+	return err
 }
 
 func newObj(table string) (interface{}, error) {
@@ -108,7 +129,12 @@ func Restore(r io.Reader) (*Store, error) {
 		if err := json.Unmarshal(rec.V, obj); err != nil {
 			return nil, fmt.Errorf("state: decoding %s record: %w", rec.T, err)
 		}
-		if err := tx.Insert(rec.T, obj); err != nil {
+		if sess, ok := obj.(*Session); ok {
+			err = restoreSession(tx, sess)
+		} else {
+			err = tx.Insert(rec.T, obj)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("state: restoring %s: %w", rec.T, err)
 		}
 	}
