@@ -213,7 +213,7 @@ func New(cfg Config) (*Server, error) {
 		s.closeStores()
 		return nil, err
 	}
-	s.timers = ttl.New(s.clk, s.onSessionExpired)
+	s.timers = ttl.New(s.clk, s.onSessionExpired, ttl.WithIntern(s.storedSessionID))
 
 	s.wg.Add(1)
 	go s.monitorLeadership()
