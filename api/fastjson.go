@@ -246,8 +246,9 @@ func (d *fastDecoder) lit(s string) bool {
 	return false
 }
 
-// kvArray parses null or an array of KV entries into d.pairs.
-func (d *fastDecoder) kvArray() (null, ok bool) {
+// array parses null or an array, calling elem for each element (which
+// elem parses, null included).
+func (d *fastDecoder) array(elem func() bool) (null, ok bool) {
 	if d.lit("null") {
 		return true, true
 	}
@@ -261,13 +262,9 @@ func (d *fastDecoder) kvArray() (null, ok bool) {
 		return false, true
 	}
 	for {
-		var p rawPair
-		if d.lit("null") {
-			p.null = true
-		} else if !d.kvObject(&p) {
+		if !elem() {
 			return false, false
 		}
-		d.pairs = append(d.pairs, p)
 		d.ws()
 		switch d.peek() {
 		case ',':
@@ -280,6 +277,20 @@ func (d *fastDecoder) kvArray() (null, ok bool) {
 			return false, false
 		}
 	}
+}
+
+// kvArray parses null or an array of KV entries into d.pairs.
+func (d *fastDecoder) kvArray() (null, ok bool) {
+	return d.array(func() bool {
+		var p rawPair
+		if d.lit("null") {
+			p.null = true
+		} else if !d.kvObject(&p) {
+			return false
+		}
+		d.pairs = append(d.pairs, p)
+		return true
+	})
 }
 
 // KVPair's fields, as bits for spotting duplicates.
@@ -882,38 +893,16 @@ func (d *fastDecoder) txnResponse(resp *TxnResponse) bool {
 // txnResults parses null or the Results array into d.results, their KV
 // entries into d.pairs.
 func (d *fastDecoder) txnResults() (null, ok bool) {
-	if d.lit("null") {
-		return true, true
-	}
-	if d.peek() != '[' {
-		return false, false
-	}
-	d.i++
-	d.ws()
-	if d.peek() == ']' {
-		d.i++
-		return false, true
-	}
-	for {
+	return d.array(func() bool {
 		r := rawResult{pair: -1}
 		if d.lit("null") {
 			r.null = true
 		} else if !d.txnResult(&r) {
-			return false, false
+			return false
 		}
 		d.results = append(d.results, r)
-		d.ws()
-		switch d.peek() {
-		case ',':
-			d.i++
-			d.ws()
-		case ']':
-			d.i++
-			return false, true
-		default:
-			return false, false
-		}
-	}
+		return true
+	})
 }
 
 func (d *fastDecoder) txnResult(r *rawResult) bool {
@@ -956,38 +945,16 @@ func (d *fastDecoder) txnResult(r *rawResult) bool {
 
 // txnErrors parses null or the Errors array into d.errs.
 func (d *fastDecoder) txnErrors() (null, ok bool) {
-	if d.lit("null") {
-		return true, true
-	}
-	if d.peek() != '[' {
-		return false, false
-	}
-	d.i++
-	d.ws()
-	if d.peek() == ']' {
-		d.i++
-		return false, true
-	}
-	for {
+	return d.array(func() bool {
 		var e rawError
 		if d.lit("null") {
 			e.null = true
 		} else if !d.txnError(&e) {
-			return false, false
+			return false
 		}
 		d.errs = append(d.errs, e)
-		d.ws()
-		switch d.peek() {
-		case ',':
-			d.i++
-			d.ws()
-		case ']':
-			d.i++
-			return false, true
-		default:
-			return false, false
-		}
-	}
+		return true
+	})
 }
 
 const (
