@@ -23,6 +23,10 @@ const waitLimit = 15 * time.Second
 type testPool struct {
 	*Pool
 	events chan Event
+	// skipped holds events waitEvent read while looking for another, in
+	// order, so that a later wait still finds them: events about
+	// different members may arrive in either order.
+	skipped []Event
 }
 
 func newPool(t *testing.T, name string, tags map[string]string, tweak func(*Config)) *testPool {
@@ -54,10 +58,16 @@ func (w testWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// waitEvent waits for an event of type typ about member name, skipping
-// others.
+// waitEvent waits for an event of type typ about member name, keeping
+// the others it reads for later waits.
 func (tp *testPool) waitEvent(t *testing.T, typ EventType, name string) Event {
 	t.Helper()
+	for i, ev := range tp.skipped {
+		if ev.Type == typ && ev.Member.Name == name {
+			tp.skipped = append(tp.skipped[:i:i], tp.skipped[i+1:]...)
+			return ev
+		}
+	}
 	deadline := time.NewTimer(waitLimit)
 	defer deadline.Stop()
 	for {
@@ -66,6 +76,7 @@ func (tp *testPool) waitEvent(t *testing.T, typ EventType, name string) Event {
 			if ev.Type == typ && ev.Member.Name == name {
 				return ev
 			}
+			tp.skipped = append(tp.skipped, ev)
 		case <-deadline.C:
 			t.Fatalf("%s: no %s event for %s within %v; members: %+v", tp.Name(), typ, name, waitLimit, tp.Members())
 		}
@@ -159,12 +170,16 @@ func TestGracefulLeave(t *testing.T) {
 		t.Fatalf("join after shutdown: %v", err)
 	}
 	// a still sees b as left, not failed, after b stopped answering.
+	pending := a.skipped
 	select {
 	case ev := <-a.events:
+		pending = append(pending, ev)
+	default:
+	}
+	for _, ev := range pending {
 		if ev.Member.Name == "b" && ev.Type == EventFailed {
 			t.Fatalf("a declared b failed after it left: %+v", ev)
 		}
-	default:
 	}
 }
 
