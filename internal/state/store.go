@@ -69,6 +69,11 @@ type wtx struct {
 	*memdb.Txn
 	idx uint64
 	now time.Time
+	// bumps are the tables changed so far and the last index that changed
+	// each, written to the index table once, at Commit: a batch of
+	// hundreds of KV writes updates the kvs entry once, not per write.
+	// (Table indexes are only read by read transactions.)
+	bumps []indexEntry
 }
 
 func (s *Store) write(idx uint64, now time.Time) *wtx {
@@ -77,9 +82,23 @@ func (s *Store) write(idx uint64, now time.Time) *wtx {
 
 // bump records that table changed at the transaction's index.
 func (tx *wtx) bump(table string) {
-	if err := tx.Insert(tabIndex, &indexEntry{Key: table, Value: tx.idx}); err != nil {
-		panic(err)
+	for i := range tx.bumps {
+		if tx.bumps[i].Key == table {
+			tx.bumps[i].Value = tx.idx
+			return
+		}
 	}
+	tx.bumps = append(tx.bumps, indexEntry{Key: table, Value: tx.idx})
+}
+
+// Commit writes the table indexes the transaction moved and commits it.
+func (tx *wtx) Commit() {
+	for i := range tx.bumps {
+		e := tx.bumps[i]
+		must(tx.Insert(tabIndex, &e))
+	}
+	tx.bumps = nil
+	tx.Txn.Commit()
 }
 
 // must panics on a memdb error: with a fixed schema they only come from
