@@ -306,9 +306,11 @@ const (
 
 var kvFields = []string{"LockIndex", "Key", "Flags", "Value", "Session", "CreateIndex", "ModifyIndex"}
 
-// kvObject parses one KV entry, an object, into p.
-func (d *fastDecoder) kvObject(p *rawPair) bool {
-	p.value.off = -1
+// object parses an object, calling member for each member with its name
+// (d.i at the value). member parses the value and returns the member's
+// bit, 0 for members that may repeat (unknown ones); a known member seen
+// twice makes the object fail, since encoding/json would keep the last.
+func (d *fastDecoder) object(member func(name []byte) (bit int, ok bool)) bool {
 	if d.peek() != '{' {
 		return false
 	}
@@ -324,32 +326,7 @@ func (d *fastDecoder) kvObject(p *rawPair) bool {
 		if !ok {
 			return false
 		}
-		var bit int
-		switch string(name) {
-		case "LockIndex":
-			bit = fLockIndex
-			ok = d.uint(&p.lockIndex)
-		case "Key":
-			bit = fKey
-			ok = d.str(&p.key)
-		case "Flags":
-			bit = fFlags
-			ok = d.uint(&p.flags)
-		case "Value":
-			bit = fValue
-			ok = d.base64(&p.value)
-		case "Session":
-			bit = fSession
-			ok = d.str(&p.session)
-		case "CreateIndex":
-			bit = fCreateIndex
-			ok = d.uint(&p.createIndex)
-		case "ModifyIndex":
-			bit = fModifyIndex
-			ok = d.uint(&p.modifyIndex)
-		default:
-			ok = d.unknown(name, kvFields)
-		}
+		bit, ok := member(name)
 		if !ok || seen&bit != 0 {
 			return false
 		}
@@ -358,6 +335,30 @@ func (d *fastDecoder) kvObject(p *rawPair) bool {
 			return d.closed()
 		}
 	}
+}
+
+// kvObject parses one KV entry, an object, into p.
+func (d *fastDecoder) kvObject(p *rawPair) bool {
+	p.value.off = -1
+	return d.object(func(name []byte) (int, bool) {
+		switch string(name) {
+		case "LockIndex":
+			return fLockIndex, d.uint(&p.lockIndex)
+		case "Key":
+			return fKey, d.str(&p.key)
+		case "Flags":
+			return fFlags, d.uint(&p.flags)
+		case "Value":
+			return fValue, d.base64(&p.value)
+		case "Session":
+			return fSession, d.str(&p.session)
+		case "CreateIndex":
+			return fCreateIndex, d.uint(&p.createIndex)
+		case "ModifyIndex":
+			return fModifyIndex, d.uint(&p.modifyIndex)
+		}
+		return 0, d.unknown(name, kvFields)
+	})
 }
 
 // next consumes the white space and comma after a member and reports
@@ -818,43 +819,19 @@ func (d *fastDecoder) txnResponse(resp *TxnResponse) bool {
 	if d.lit("null") {
 		return true
 	}
-	if d.peek() != '{' {
-		return false
-	}
-	d.i++
-	d.ws()
 	resultsNull, errorsNull := true, true
-	if d.peek() == '}' {
-		d.i++
-	} else {
-		seen := 0
-		for {
-			name, ok := d.name()
-			if !ok {
-				return false
-			}
-			var bit int
-			switch string(name) {
-			case "Results":
-				bit = fResults
-				resultsNull, ok = d.txnResults()
-			case "Errors":
-				bit = fErrors
-				errorsNull, ok = d.txnErrors()
-			default:
-				ok = d.unknown(name, txnFields)
-			}
-			if !ok || seen&bit != 0 {
-				return false
-			}
-			seen |= bit
-			if !d.next() {
-				if !d.closed() {
-					return false
-				}
-				break
-			}
+	if !d.object(func(name []byte) (bit int, ok bool) {
+		switch string(name) {
+		case "Results":
+			resultsNull, ok = d.txnResults()
+			return fResults, ok
+		case "Errors":
+			errorsNull, ok = d.txnErrors()
+			return fErrors, ok
 		}
+		return 0, d.unknown(name, txnFields)
+	}) {
+		return false
 	}
 	strs := string(d.strs)
 	if !resultsNull {
@@ -906,41 +883,21 @@ func (d *fastDecoder) txnResults() (null, ok bool) {
 }
 
 func (d *fastDecoder) txnResult(r *rawResult) bool {
-	if d.peek() != '{' {
-		return false
-	}
-	d.i++
-	d.ws()
-	if d.peek() == '}' {
-		d.i++
-		return true
-	}
-	seen := false
-	for {
-		name, ok := d.name()
-		if !ok {
-			return false
+	return d.object(func(name []byte) (int, bool) {
+		if string(name) != "KV" {
+			return 0, d.unknown(name, txnResultField)
 		}
-		if string(name) == "KV" {
-			if seen {
-				return false
-			}
-			seen = true
-			if !d.lit("null") {
-				var p rawPair
-				if !d.kvObject(&p) {
-					return false
-				}
-				r.pair = len(d.pairs)
-				d.pairs = append(d.pairs, p)
-			}
-		} else if !d.unknown(name, txnResultField) {
-			return false
+		if d.lit("null") {
+			return 1, true
 		}
-		if !d.next() {
-			return d.closed()
+		var p rawPair
+		if !d.kvObject(&p) {
+			return 1, false
 		}
-	}
+		r.pair = len(d.pairs)
+		d.pairs = append(d.pairs, p)
+		return 1, true
+	})
 }
 
 // txnErrors parses null or the Errors array into d.errs.
@@ -963,38 +920,13 @@ const (
 )
 
 func (d *fastDecoder) txnError(e *rawError) bool {
-	if d.peek() != '{' {
-		return false
-	}
-	d.i++
-	d.ws()
-	if d.peek() == '}' {
-		d.i++
-		return true
-	}
-	seen := 0
-	for {
-		name, ok := d.name()
-		if !ok {
-			return false
-		}
-		var bit int
+	return d.object(func(name []byte) (int, bool) {
 		switch string(name) {
 		case "OpIndex":
-			bit = fOpIndex
-			ok = d.int(&e.opIndex)
+			return fOpIndex, d.int(&e.opIndex)
 		case "What":
-			bit = fWhat
-			ok = d.str(&e.what)
-		default:
-			ok = d.unknown(name, txnErrorFields)
+			return fWhat, d.str(&e.what)
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		if !d.next() {
-			return d.closed()
-		}
-	}
+		return 0, d.unknown(name, txnErrorFields)
+	})
 }
