@@ -292,8 +292,7 @@ func (l *Lock) joinQueue(ctx context.Context, qkey string) (pairs api.KVPairs, e
 		{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: l.key}},
 	}
 	ok, resp, _, err := l.s.c.Txn().Txn(ctx, ops, nil)
-	var se *api.StatusError
-	if errors.As(err, &se) && se.Code/100 == 4 {
+	if refused(err) {
 		ok, _, err = l.kv.Acquire(ctx, &api.KVPair{Key: qkey, Session: l.s.id, Flags: LockFlagValue, Value: l.value}, nil)
 		resp = nil
 	}
@@ -317,6 +316,14 @@ func (l *Lock) joinQueue(ctx context.Context, qkey string) (pairs api.KVPairs, e
 		}
 	}
 	return pairs, nil
+}
+
+// refused reports a transaction the server would not take at all (a 4xx
+// other than the 409 of failed operations): Consul, for one, knows neither
+// a fenced unlock nor, in older versions, every verb.
+func refused(err error) bool {
+	var se *api.StatusError
+	return errors.As(err, &se) && se.Code/100 == 4
 }
 
 // errAgain asks waitInQueue to read the queue and the key again.
@@ -430,18 +437,14 @@ func (l *Lock) waitHandOff(ctx context.Context, qkey string, key *api.KVPair, un
 		if err != nil {
 			return nil, err
 		}
-		var p *api.KVPair
-		for _, kv := range pairs {
-			if kv.Key == l.key {
-				p = kv
-			}
-		}
+		v := l.view(pairs, qkey)
+		p := v.key
 		switch {
 		case p != nil && p.Flags != LockFlagValue:
 			return nil, ErrLockConflict
 		case p != nil && p.Session == l.s.id:
 			h := l.adopt(ctx, qkey, p, untrusted)
-			h.next = l.nextAfter(pairs, qkey)
+			h.next = v.next()
 			return h, nil
 		case p != nil && p.Session == holder:
 			idx = nextIndex(idx, qm.LastIndex) // still held (or rewritten by its holder)
@@ -465,10 +468,10 @@ func (l *Lock) adopt(ctx context.Context, qkey string, p *api.KVPair, untrusted 
 	return l.newHold(ctx, qkey, p.LockIndex, p.ModifyIndex, untrusted)
 }
 
-// readQueue reads the key and its queue in one request and returns the
-// key (nil if absent) and the live entry just before ours (nil if we are
-// at the head). It puts our entry back if it is missing, and deletes
-// entries whose session died.
+// readQueue reads the key and its queue in one request (unless pairs is
+// such a read, made already) and returns the key (nil if absent) and the
+// live entry just before ours (nil if we are at the head). It puts our
+// entry back if it is missing, and deletes entries whose session died.
 func (l *Lock) readQueue(ctx context.Context, qkey string, pairs api.KVPairs) (key, pred *api.KVPair, err error) {
 	for attempt := 0; ; attempt++ {
 		// A prefix read of the key covers the key and its queue (and keys
@@ -478,24 +481,12 @@ func (l *Lock) readQueue(ctx context.Context, qkey string, pairs api.KVPairs) (k
 				return nil, nil, err
 			}
 		}
-		key = nil
-		var own *api.KVPair
-		live := make([]*api.KVPair, 0, len(pairs))
-		for _, p := range pairs {
-			switch {
-			case p.Key == l.key:
-				key = p
-			case !strings.HasPrefix(p.Key, l.queuePrefix()):
-			case p.Key == qkey:
-				own = p
-			case p.Session == "":
-				// Its session died (Behavior release leaves the key).
-				l.kv.DeleteCAS(ctx, p, nil)
-			default:
-				live = append(live, p)
-			}
+		v := l.view(pairs, qkey)
+		for _, p := range v.dead {
+			// Its session died (Behavior release leaves the key).
+			l.kv.DeleteCAS(ctx, p, nil)
 		}
-		if own == nil || own.Session != l.s.id {
+		if v.own == nil || v.own.Session != l.s.id {
 			if attempt > 0 {
 				return nil, nil, fmt.Errorf("recipe: our entry in the queue of %q keeps disappearing", l.key)
 			}
@@ -504,14 +495,59 @@ func (l *Lock) readQueue(ctx context.Context, qkey string, pairs api.KVPairs) (k
 			}
 			continue
 		}
-		pred = nil
-		for _, p := range live {
-			if before(p, own) && (pred == nil || before(pred, p)) {
-				pred = p
-			}
-		}
-		return key, pred, nil
+		return v.key, v.pred(), nil
 	}
+}
+
+// queueView is a prefix read of a lock's key sorted out: the key, our
+// queue entry, the entries of live waiters and those whose session died.
+type queueView struct {
+	key, own   *api.KVPair
+	live, dead []*api.KVPair
+}
+
+// view sorts pairs out; keys that merely start with the lock key's
+// characters are skipped.
+func (l *Lock) view(pairs api.KVPairs, qkey string) queueView {
+	var v queueView
+	for _, p := range pairs {
+		switch {
+		case p.Key == l.key:
+			v.key = p
+		case !strings.HasPrefix(p.Key, l.queuePrefix()):
+		case p.Key == qkey:
+			v.own = p
+		case p.Session == "":
+			v.dead = append(v.dead, p)
+		default:
+			v.live = append(v.live, p)
+		}
+	}
+	return v
+}
+
+// pred is the live entry just before ours, nil if we are at the head (or
+// have no entry).
+func (v queueView) pred() *api.KVPair {
+	var pred *api.KVPair
+	for _, p := range v.live {
+		if v.own != nil && before(p, v.own) && (pred == nil || before(pred, p)) {
+			pred = p
+		}
+	}
+	return pred
+}
+
+// next is the live entry just after ours, nil if there is none (or we
+// have no entry).
+func (v queueView) next() *api.KVPair {
+	var next *api.KVPair
+	for _, p := range v.live {
+		if v.own != nil && before(v.own, p) && (next == nil || before(p, next)) {
+			next = p
+		}
+	}
+	return next
 }
 
 // before orders queue entries: by CreateIndex, then by key.
@@ -783,8 +819,7 @@ func (l *Lock) release(ctx context.Context, session string, lockIndex uint64, qk
 			)
 		}
 		ok, _, _, err := l.s.c.Txn().Txn(ctx, ops, nil)
-		var se *api.StatusError
-		if errors.As(err, &se) && se.Code/100 == 4 {
+		if refused(err) {
 			// A server that does not take a fenced unlock in a
 			// transaction (Consul): a fenced release (which Consul
 			// treats as a plain one) and then leave the queue.
@@ -830,30 +865,7 @@ func (l *Lock) successor(ctx context.Context, qkey string) *api.KVPair {
 	if err != nil {
 		return nil
 	}
-	return l.nextAfter(pairs, qkey)
-}
-
-// nextAfter returns the live queue entry right after qkey among pairs
-// (which may hold other keys too), nil if there is none or qkey is not
-// among them.
-func (l *Lock) nextAfter(pairs api.KVPairs, qkey string) *api.KVPair {
-	var own *api.KVPair
-	for _, p := range pairs {
-		if p.Key == qkey {
-			own = p
-		}
-	}
-	if own == nil {
-		return nil
-	}
-	var next *api.KVPair
-	for _, p := range pairs {
-		if p.Session != "" && p.Key != qkey && strings.HasPrefix(p.Key, l.queuePrefix()) &&
-			before(own, p) && (next == nil || before(p, next)) {
-			next = p
-		}
-	}
-	return next
+	return l.view(pairs, qkey).next()
 }
 
 // abandon leaves the queue after Lock gave up waiting. The entry goes
