@@ -228,12 +228,13 @@ func unbindSession(tx *memdb.Txn, row *storedSession) {
 	for _, c := range sessionChecks(sess) {
 		raw, err := tx.First(tabBindings, "id", sess.Node, c)
 		must(err)
-		if raw == nil {
-			panic(fmt.Sprintf("state: session %q missing from its binding %q/%q", sess.ID, sess.Node, c))
+		var b sessionBinding
+		ok := raw != nil
+		if ok {
+			b = *raw.(*sessionBinding)
+			b.Sessions, ok = b.Sessions.without(sess.ID)
 		}
-		b := *raw.(*sessionBinding)
-		var ok bool
-		if b.Sessions, ok = b.Sessions.without(sess.ID); !ok {
+		if !ok {
 			panic(fmt.Sprintf("state: session %q missing from its binding %q/%q", sess.ID, sess.Node, c))
 		}
 		if b.Sessions.Len() == 0 {

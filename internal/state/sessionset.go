@@ -103,8 +103,8 @@ func (n *setNode) insert(sess *storedSession) (l, r *setNode, added bool) {
 		if len(items) <= setMax {
 			return &setNode{items: items}, nil, true
 		}
-		h := splitAt(len(items), i)
-		return &setNode{items: items[:h:h]}, &setNode{items: append([]*storedSession(nil), items[h:]...)}, true
+		l, r := halves(items, splitAt(len(items), i))
+		return &setNode{items: l}, &setNode{items: r}, true
 	}
 	i := n.child(sess.ID)
 	cl, cr, added := n.kids[i].insert(sess)
@@ -126,8 +126,9 @@ func (n *setNode) insert(sess *storedSession) (l, r *setNode, added bool) {
 		return &setNode{kids: kids, lo: lo}, nil, added
 	}
 	h := splitAt(len(kids), i+1)
-	return &setNode{kids: kids[:h:h], lo: lo[:h:h]},
-		&setNode{kids: append([]*setNode(nil), kids[h:]...), lo: append([]string(nil), lo[h:]...)}, added
+	lk, rk := halves(kids, h)
+	ll, rl := halves(lo, h)
+	return &setNode{kids: lk, lo: ll}, &setNode{kids: rk, lo: rl}, added
 }
 
 // splitAt is where a node of n entries (one over setMax) splits after
@@ -216,8 +217,8 @@ func merge(a, b *setNode) (*setNode, *setNode) {
 		if len(items) <= setMax {
 			return &setNode{items: items}, nil
 		}
-		h := len(items) / 2
-		return &setNode{items: items[:h:h]}, &setNode{items: append([]*storedSession(nil), items[h:]...)}
+		l, r := halves(items, len(items)/2)
+		return &setNode{items: l}, &setNode{items: r}
 	}
 	kids := make([]*setNode, 0, len(a.kids)+len(b.kids))
 	kids = append(append(kids, a.kids...), b.kids...)
@@ -227,8 +228,15 @@ func merge(a, b *setNode) (*setNode, *setNode) {
 		return &setNode{kids: kids, lo: lo}, nil
 	}
 	h := len(kids) / 2
-	return &setNode{kids: kids[:h:h], lo: lo[:h:h]},
-		&setNode{kids: append([]*setNode(nil), kids[h:]...), lo: append([]string(nil), lo[h:]...)}
+	lk, rk := halves(kids, h)
+	ll, rl := halves(lo, h)
+	return &setNode{kids: lk, lo: ll}, &setNode{kids: rk, lo: rl}
+}
+
+// halves splits s at h: a left part capped so that it cannot grow into
+// the right one, and a right part in an array of its own.
+func halves[T any](s []T, h int) ([]T, []T) {
+	return s[:h:h], append([]T(nil), s[h:]...)
 }
 
 // each calls f on every session in ID order until f returns false.

@@ -39,9 +39,24 @@ func (sn *Snapshot) Persist(w io.Writer) error {
 	if err := enc.Encode(map[string]int{"Version": snapshotVersion}); err != nil {
 		return err
 	}
+	put := func(t string, v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		return enc.Encode(record{T: t, V: b})
+	}
 	for _, t := range dumped {
 		if t == tabSessions {
-			if err := persistSessions(sn.tx, enc); err != nil {
+			// One record per session, as for a table of rows (the
+			// sessions table is one object holding them all).
+			var err error
+			_, set := sessionsOf(sn.tx)
+			set.each(func(r *storedSession) bool {
+				err = put(t, &r.Session)
+				return err == nil
+			})
+			if err != nil {
 				return err
 			}
 			continue
@@ -51,31 +66,12 @@ func (sn *Snapshot) Persist(w io.Writer) error {
 			return err
 		}
 		for r := it.Next(); r != nil; r = it.Next() {
-			b, err := json.Marshal(r)
-			if err != nil {
-				return err
-			}
-			if err := enc.Encode(record{T: t, V: b}); err != nil {
+			if err := put(t, r); err != nil {
 				return err
 			}
 		}
 	}
 	return bw.Flush()
-}
-
-// persistSessions writes one record per session, as for any table of
-// rows (the sessions table is one object holding them all).
-func persistSessions(tx *memdb.Txn, enc *json.Encoder) error {
-	_, set := sessionsOf(tx)
-	var err error
-	set.each(func(r *storedSession) bool {
-		var b []byte
-		if b, err = json.Marshal(&r.Session); err == nil {
-			err = enc.Encode(record{T: tabSessions, V: b})
-		}
-		return err == nil
-	})
-	return err
 }
 
 func newObj(table string) (interface{}, error) {
