@@ -58,11 +58,17 @@ func Encode(t Type, now time.Time, body interface{}) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsm: encoding command: %w", err)
 	}
-	out := make([]byte, headerLen, headerLen+len(b))
+	return append(header(t, now, len(b)), b...), nil
+}
+
+// header starts a command of type t stamped now, with room for a body of n
+// bytes.
+func header(t Type, now time.Time, n int) []byte {
+	out := make([]byte, headerLen, headerLen+n)
 	out[0] = Version
 	out[1] = byte(t)
 	binary.BigEndian.PutUint64(out[2:], uint64(now.UnixNano()))
-	return append(out, b...), nil
+	return out
 }
 
 // Result is what Apply returns for a command (raft hands it to the
@@ -157,14 +163,13 @@ func envelope(l *raft.Log) (Type, time.Time, []byte) {
 // dispatchBatch applies one command that may share a transaction.
 func dispatchBatch(b *state.Batch, idx uint64, now time.Time, t Type, body []byte) *Result {
 	switch t {
-	case TypeKVS:
+	case TypeKVS, TypeKVSBinary:
 		var req state.KVRequest
-		decode(body, &req)
-		ok, err := b.KVS(idx, now, &req)
-		return kvResult(ok, err)
-	case TypeKVSBinary:
-		var req state.KVRequest
-		decodeKVS(idx, body, &req)
+		if t == TypeKVS {
+			decode(body, &req)
+		} else {
+			decodeKVS(idx, body, &req)
+		}
 		ok, err := b.KVS(idx, now, &req)
 		return kvResult(ok, err)
 	case TypeSessionCreate:

@@ -49,11 +49,7 @@ func EncodeKVS(now time.Time, req *state.KVRequest) ([]byte, error) {
 		return Encode(TypeKVS, now, req)
 	}
 	e := &req.Entry
-	n := headerLen + 1 + 4*binary.MaxVarintLen64 + 3*binary.MaxVarintLen64 + len(e.Key) + len(e.Session) + len(e.Value)
-	out := make([]byte, headerLen, n)
-	out[0] = Version
-	out[1] = byte(TypeKVSBinary)
-	binary.BigEndian.PutUint64(out[2:], uint64(now.UnixNano()))
+	out := header(TypeKVSBinary, now, 1+7*binary.MaxVarintLen64+len(e.Key)+len(e.Session)+len(e.Value))
 	out = append(out, code)
 	out = binary.AppendUvarint(out, e.LockIndex)
 	out = binary.AppendUvarint(out, e.Flags)
