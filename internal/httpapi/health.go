@@ -53,14 +53,8 @@ func boolParam(r *http.Request, name string) (bool, error) {
 // ?passing keeps only instances whose every check passes; ?tag= keeps
 // those carrying every tag given.
 func (h *handler) healthService(w http.ResponseWriter, r *http.Request, name string) error {
-	ro, err := h.parseRead(r.URL.Query())
+	ro, err := h.parseServiceRead(r, name)
 	if err != nil {
-		return err
-	}
-	if name == "" {
-		return invalidf("Missing service name")
-	}
-	if err := refuseFilter(r); err != nil {
 		return err
 	}
 	passing, err := boolParam(r, "passing")
@@ -89,14 +83,8 @@ func (h *handler) healthService(w http.ResponseWriter, r *http.Request, name str
 
 // healthChecks answers the checks of every instance of a service.
 func (h *handler) healthChecks(w http.ResponseWriter, r *http.Request, name string) error {
-	ro, err := h.parseRead(r.URL.Query())
+	ro, err := h.parseServiceRead(r, name)
 	if err != nil {
-		return err
-	}
-	if name == "" {
-		return invalidf("Missing service name")
-	}
-	if err := refuseFilter(r); err != nil {
 		return err
 	}
 	checks, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.HealthCheck) {

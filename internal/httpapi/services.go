@@ -50,17 +50,27 @@ type catalogServiceJSON struct {
 	ModifyIndex              uint64
 }
 
+// parseServiceRead checks what every read of one service's instances
+// checks, in Consul's order: the read options, a service name, no ?filter.
+func (h *handler) parseServiceRead(r *http.Request, name string) (*readOpts, error) {
+	ro, err := h.parseRead(r.URL.Query())
+	if err != nil {
+		return nil, err
+	}
+	if name == "" {
+		return nil, invalidf("Missing service name")
+	}
+	if err := refuseFilter(r); err != nil {
+		return nil, err
+	}
+	return ro, nil
+}
+
 // catalogService answers the instances of one service (?tag=, repeatable,
 // keeps those carrying every tag given).
 func (h *handler) catalogService(w http.ResponseWriter, r *http.Request, name string) error {
-	ro, err := h.parseRead(r.URL.Query())
+	ro, err := h.parseServiceRead(r, name)
 	if err != nil {
-		return err
-	}
-	if name == "" {
-		return invalidf("Missing service name")
-	}
-	if err := refuseFilter(r); err != nil {
 		return err
 	}
 	sns, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.ServiceNode) {
