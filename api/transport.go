@@ -1,0 +1,407 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Transport is the http.RoundTripper a Client uses when its Config has no
+// HTTPClient. It carries plain-HTTP (http://) requests over HTTP/1.1
+// keep-alive connections, one request at a time per connection, all on the
+// calling goroutine: it writes the request with http.Request.Write, reads
+// the answer with http.ReadResponse, and reads the whole body before it
+// returns, so the connection is back in the pool by the time the caller
+// sees the response.
+//
+// net/http's Transport gives every connection a reading and a writing
+// goroutine and passes each request and response between them and the
+// caller. For the small request/response pairs of a coordination API that
+// hand-off costs more CPU than the exchange itself (see bench/README.md,
+// "Client transport"), and client and server share the CPU when they run on
+// one machine.
+//
+// What Transport does not carry goes to Fallback unchanged: https, requests
+// the environment sends through a proxy, bodies larger than 64 KiB or of
+// unknown length, and requests with an Expect header. Responses are read
+// into memory in full, which suits this API's bounded JSON answers but not
+// streaming; a blocking query simply waits in the read, and cancelling its
+// context ends the wait.
+//
+// The zero Transport is ready to use; it must not be copied after first
+// use.
+type Transport struct {
+	// MaxIdleConnsPerHost bounds the idle connections kept for reuse per
+	// host:port. Zero means DefaultIdleConns.
+	MaxIdleConnsPerHost int
+
+	// Fallback carries the requests Transport does not (see above). Nil
+	// means a clone of http.DefaultTransport keeping MaxIdleConnsPerHost
+	// idle connections.
+	Fallback http.RoundTripper
+
+	// dial replaces the dialer in tests.
+	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
+	fallback sync.Once
+	fb       http.RoundTripper
+
+	mu    sync.Mutex
+	hosts map[string]*hostConns
+}
+
+// NewTransport returns a Transport with the defaults described on its
+// fields.
+func NewTransport() *Transport { return &Transport{} }
+
+// maxAttempts bounds how often one request is sent on connections found
+// closed by the server.
+const maxAttempts = 3
+
+// maxDirectBody is the largest request body Transport sends itself. A small
+// body always fits in the socket buffers, so writing it can never block on
+// a server that answers (a 413, say) without reading it; larger bodies go to
+// net/http, which reads the answer while it is still writing.
+const maxDirectBody = 64 << 10
+
+// hostConns is the pool of one host:port.
+type hostConns struct {
+	idle []*tconn
+	// proxied records, once, whether the environment sends requests to this
+	// host through a proxy; those go to the fallback.
+	proxyChecked, proxied bool
+}
+
+// tconn is one pooled connection. Its reads go through Read so that a
+// failed exchange can tell whether the server sent anything at all.
+type tconn struct {
+	c    net.Conn
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	read int64
+}
+
+func (tc *tconn) Read(p []byte) (int, error) {
+	n, err := tc.c.Read(p)
+	tc.read += int64(n)
+	return n, err
+}
+
+// defaultDialer has http.DefaultTransport's settings.
+var defaultDialer = &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+
+// aLongTimeAgo is a deadline in the past: setting it makes pending and
+// later reads and writes on a connection fail at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL == nil {
+		closeRequestBody(req)
+		return nil, errors.New("api: request has no URL")
+	}
+	if !t.direct(req) {
+		return t.fallbackRT().RoundTrip(req)
+	}
+	ctx := req.Context()
+	if err := ctx.Err(); err != nil {
+		closeRequestBody(req)
+		return nil, err
+	}
+	addr := hostPort(req.URL.Host)
+	for attempt := 1; ; attempt++ {
+		tc, reused, err := t.getConn(ctx, addr)
+		if err != nil {
+			closeRequestBody(req)
+			return nil, err
+		}
+		resp, retry, err := t.exchange(ctx, tc, addr, req, reused)
+		if err == nil || !retry || attempt == maxAttempts {
+			return resp, err
+		}
+		// A pooled connection the server had already closed: the request
+		// never reached it. Its other idle connections are likely as old,
+		// so drop them and send again on a fresh one (which, not being
+		// reused, cannot come back here).
+		t.dropIdle(addr)
+		if req.Body != nil && req.Body != http.NoBody {
+			body, gerr := req.GetBody()
+			if gerr != nil {
+				return nil, err
+			}
+			r2 := *req
+			r2.Body = body
+			req = &r2
+		}
+	}
+}
+
+// direct reports whether Transport carries req itself.
+func (t *Transport) direct(req *http.Request) bool {
+	if req.URL.Scheme != "http" || req.URL.Host == "" || req.Header.Get("Expect") != "" {
+		return false
+	}
+	// A body with ContentLength 0 is one of unknown length (an empty one
+	// is http.NoBody), as for req.Write.
+	if req.Body != nil && req.Body != http.NoBody && (req.ContentLength <= 0 || req.ContentLength > maxDirectBody) {
+		return false
+	}
+	addr := hostPort(req.URL.Host)
+	t.mu.Lock()
+	hc := t.host(addr)
+	if !hc.proxyChecked {
+		// The environment is read once per process by net/http, so the
+		// answer for a host never changes.
+		p, err := http.ProxyFromEnvironment(req)
+		hc.proxied = p != nil || err != nil
+		hc.proxyChecked = true
+	}
+	proxied := hc.proxied
+	t.mu.Unlock()
+	return !proxied
+}
+
+// exchange sends req on tc and reads the whole response. On success tc is
+// back in the pool (or closed); on failure it is closed, and retry says
+// whether the request may be sent again on another connection: only when
+// tc was a reused one that yielded nothing, and the request either never
+// left completely or is idempotent, and its body can be had again.
+func (t *Transport) exchange(ctx context.Context, tc *tconn, addr string, req *http.Request, reused bool) (resp *http.Response, retry bool, err error) {
+	stop := context.AfterFunc(ctx, func() { tc.c.SetDeadline(aLongTimeAgo) })
+	before := tc.read
+	rewindable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+
+	err = req.Write(tc.bw)
+	if err == nil {
+		err = tc.bw.Flush()
+	}
+	if err != nil {
+		stopped := stop()
+		tc.c.Close()
+		if !stopped && ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
+		return nil, reused && rewindable, err
+	}
+
+	resp, err = readResponse(tc.br, req)
+	if !stop() {
+		// The context ended while we were at it: the deadline set on tc may
+		// have cut the exchange short, and it poisons the connection
+		// either way.
+		tc.c.Close()
+		if err != nil || ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
+		return resp, false, nil
+	}
+	if err != nil {
+		tc.c.Close()
+		nothing := tc.read == before
+		return nil, reused && nothing && rewindable && idempotent(req.Method), err
+	}
+	// A server that said it closes, or sent more than one answer, leaves
+	// the connection unusable for the next request.
+	if resp.Close || req.Close || tc.br.Buffered() > 0 {
+		tc.c.Close()
+	} else {
+		t.putConn(addr, tc)
+	}
+	return resp, false, nil
+}
+
+// readResponse reads the answer to req from br, skipping interim 1xx
+// answers, and replaces its body with the body read in full.
+func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	for {
+		resp, err := http.ReadResponse(br, req)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case resp.StatusCode == http.StatusSwitchingProtocols:
+			resp.Body.Close()
+			return nil, errors.New("api: server switched protocols")
+		case resp.StatusCode >= 100 && resp.StatusCode < 200:
+			resp.Body.Close()
+			continue
+		}
+		body, err := readBody(resp)
+		if err != nil {
+			return nil, err
+		}
+		resp.Body = body
+		return resp, nil
+	}
+}
+
+// readBody reads and closes resp.Body and returns a replacement that reads
+// what it held.
+func readBody(resp *http.Response) (io.ReadCloser, error) {
+	if resp.Body == http.NoBody || resp.ContentLength == 0 {
+		resp.Body.Close()
+		return http.NoBody, nil
+	}
+	var b []byte
+	var err error
+	if n := resp.ContentLength; n > 0 && n <= 1<<20 {
+		b = make([]byte, n)
+		_, err = io.ReadFull(resp.Body, b)
+	} else {
+		b, err = io.ReadAll(resp.Body)
+	}
+	if cerr := resp.Body.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("api: reading response body: %w", err)
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+func idempotent(method string) bool {
+	switch method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+func closeRequestBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// host returns addr's pool, creating it. t.mu must be held.
+func (t *Transport) host(addr string) *hostConns {
+	hc := t.hosts[addr]
+	if hc == nil {
+		if t.hosts == nil {
+			t.hosts = make(map[string]*hostConns)
+		}
+		hc = &hostConns{}
+		t.hosts[addr] = hc
+	}
+	return hc
+}
+
+// getConn returns the most recently used idle connection to addr that is
+// still open, or dials a new one. reused says which.
+func (t *Transport) getConn(ctx context.Context, addr string) (tc *tconn, reused bool, err error) {
+	for {
+		t.mu.Lock()
+		hc := t.host(addr)
+		n := len(hc.idle)
+		if n == 0 {
+			t.mu.Unlock()
+			break
+		}
+		tc = hc.idle[n-1]
+		hc.idle[n-1] = nil
+		hc.idle = hc.idle[:n-1]
+		t.mu.Unlock()
+		if idleConnUsable(tc.c) {
+			return tc, true, nil
+		}
+		tc.c.Close()
+	}
+	dial := t.dial
+	if dial == nil {
+		dial = defaultDialer.DialContext
+	}
+	c, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, false, err
+	}
+	tc = &tconn{c: c}
+	tc.br = bufio.NewReaderSize(tc, 4<<10)
+	tc.bw = bufio.NewWriterSize(c, 4<<10)
+	return tc, false, nil
+}
+
+func (t *Transport) putConn(addr string, tc *tconn) {
+	max := t.MaxIdleConnsPerHost
+	if max <= 0 {
+		max = DefaultIdleConns
+	}
+	t.mu.Lock()
+	hc := t.host(addr)
+	if len(hc.idle) < max {
+		hc.idle = append(hc.idle, tc)
+		tc = nil
+	}
+	t.mu.Unlock()
+	if tc != nil {
+		tc.c.Close()
+	}
+}
+
+// dropIdle closes addr's idle connections.
+func (t *Transport) dropIdle(addr string) {
+	t.mu.Lock()
+	var idle []*tconn
+	if hc := t.hosts[addr]; hc != nil {
+		idle, hc.idle = hc.idle, nil
+	}
+	t.mu.Unlock()
+	for _, tc := range idle {
+		tc.c.Close()
+	}
+}
+
+// CloseIdleConnections closes every idle connection, the fallback's too.
+// http.Client.CloseIdleConnections calls it.
+func (t *Transport) CloseIdleConnections() {
+	t.mu.Lock()
+	addrs := make([]string, 0, len(t.hosts))
+	for a := range t.hosts {
+		addrs = append(addrs, a)
+	}
+	t.mu.Unlock()
+	for _, a := range addrs {
+		t.dropIdle(a)
+	}
+	if c, ok := t.fallbackRT().(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+func (t *Transport) fallbackRT() http.RoundTripper {
+	t.fallback.Do(func() {
+		t.fb = t.Fallback
+		if t.fb != nil {
+			return
+		}
+		t.fb = http.DefaultTransport
+		if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+			c := dt.Clone()
+			c.MaxIdleConnsPerHost = t.MaxIdleConnsPerHost
+			if c.MaxIdleConnsPerHost <= 0 {
+				c.MaxIdleConnsPerHost = DefaultIdleConns
+			}
+			t.fb = c
+		}
+	})
+	return t.fb
+}
+
+// hostPort adds HTTP's default port to a URL host that has none.
+func hostPort(host string) string {
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
+	}
+	if len(host) > 1 && host[0] == '[' && host[len(host)-1] == ']' {
+		return host + ":80"
+	}
+	return net.JoinHostPort(host, "80")
+}
