@@ -349,7 +349,10 @@ func TestTransportFallback(t *testing.T) {
 		req    func() *http.Request
 		direct bool
 	}{
-		{"small PUT", func() *http.Request { r, _ := http.NewRequest("PUT", ts.URL, bytes.NewReader(big[:maxDirectBody])); return r }, true},
+		{"small PUT", func() *http.Request {
+			r, _ := http.NewRequest("PUT", ts.URL, bytes.NewReader(big[:maxDirectBody]))
+			return r
+		}, true},
 		{"https", func() *http.Request { r, _ := http.NewRequest("GET", "https://127.0.0.1:1/", nil); return r }, false},
 		{"large body", func() *http.Request { r, _ := http.NewRequest("PUT", ts.URL, bytes.NewReader(big)); return r }, false},
 		{"unknown length", func() *http.Request {
