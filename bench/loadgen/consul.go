@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/holdfast/holdfast/api"
 )
 
 // consul is a minimal client for the parts of Consul's HTTP API the
@@ -27,18 +29,26 @@ func newConsul(addr string, conns int, timeout time.Duration) *consul {
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
+	return &consul{base: strings.TrimRight(base, "/"), hc: &http.Client{Transport: newTransport(conns)}, timeout: timeout}
+}
+
+// newTransport returns the client transport -transport names, keeping
+// enough idle connections for conns concurrent requests.
+func newTransport(conns int) http.RoundTripper {
 	idle := 2*conns + 16
-	tr := &http.Transport{
-		Proxy:                 nil, // load goes to the address given, never via a proxy
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          idle,
-		MaxIdleConnsPerHost:   idle,
-		IdleConnTimeout:       90 * time.Second,
-		DisableCompression:    true,
-		ForceAttemptHTTP2:     false,
-		ExpectContinueTimeout: 0,
+	if transport == "stdlib" {
+		return &http.Transport{
+			Proxy:                 nil, // load goes to the address given, never via a proxy
+			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:          idle,
+			MaxIdleConnsPerHost:   idle,
+			IdleConnTimeout:       90 * time.Second,
+			DisableCompression:    true,
+			ForceAttemptHTTP2:     false,
+			ExpectContinueTimeout: 0,
+		}
 	}
-	return &consul{base: strings.TrimRight(base, "/"), hc: &http.Client{Transport: tr}, timeout: timeout}
+	return &api.Transport{MaxIdleConnsPerHost: idle}
 }
 
 func (c *consul) close() { c.hc.CloseIdleConnections() }

@@ -34,11 +34,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:8500", "server HTTP address (host:port or URL)")
 	fs.StringVar(&cfg.Target, "name", "holdfast", "target name printed in the result")
 	fs.StringVar(&lockClient, "lock-client", "consul", "lock-contend: consul (every waiter races an acquire on each release, as Consul's Go client does) or recipe (holdfast's fair queue, api/recipe.Lock)")
+	fs.StringVar(&transport, "transport", "holdfast", "client transport: holdfast (api.Transport, what holdfast's Go client uses) or stdlib (net/http's Transport, what Consul's Go client uses)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if lockClient != "consul" && lockClient != "recipe" {
 		fmt.Fprintln(stderr, "loadgen: -lock-client must be consul or recipe")
+		return 2
+	}
+	if transport != "holdfast" && transport != "stdlib" {
+		fmt.Fprintln(stderr, "loadgen: -transport must be holdfast or stdlib")
 		return 2
 	}
 	if err := cfg.Check(); err != nil {
@@ -53,6 +58,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // lockClient selects how lock-contend contends (-lock-client).
 var lockClient = "consul"
+
+// transport selects the client transport (-transport).
+var transport = "holdfast"
 
 // bench carries what every workload needs.
 type bench struct {

@@ -21,7 +21,7 @@ import (
 func (b *bench) lockContendRecipe(ctx context.Context) (*loadkit.Result, error) {
 	n := b.cfg.Clients
 	client, err := api.NewClient(&api.Config{Address: b.cfg.Addr,
-		HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4 * n, MaxConnsPerHost: 0}}})
+		HTTPClient: &http.Client{Transport: newTransport(2 * n)}})
 	if err != nil {
 		return nil, err
 	}
