@@ -7,6 +7,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/clock/clocktest"
 )
 
 // A reader that arrives while a round is in flight is answered by the next
@@ -91,5 +96,45 @@ func waitQueued(b *readBarrier, n int) {
 			return
 		}
 		runtime.Gosched()
+	}
+}
+
+// TestConsistentReadSoleVoter: a leader alone in the latest configuration
+// answers consistent reads without a verification round; once any other
+// server is in the configuration (here a non-voter, which leaves the quorum
+// at one so the round can succeed), every consistent read goes through the
+// read barrier again.
+func TestConsistentReadSoleVoter(t *testing.T) {
+	s := newTestServer(t, "", clocktest.NewFake(epoch))
+	var rounds atomic.Int32
+	verify := s.reads.verify
+	s.reads.verify = func() error {
+		rounds.Add(1)
+		return verify()
+	}
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if err := s.ConsistentRead(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := rounds.Load(); n != 0 {
+		t.Fatalf("sole voter: %d verification rounds, want 0", n)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.ConsistentRead(cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("sole voter with a cancelled context: %v, want context.Canceled", err)
+	}
+
+	other, _ := raft.NewInmemTransport("node2")
+	if err := s.raft.AddNonvoter("node2", other, 0, 5*time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ConsistentRead(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rounds.Load(); n != 1 {
+		t.Fatalf("with a second server: %d verification rounds, want 1", n)
 	}
 }
