@@ -35,6 +35,9 @@ import (
 // streaming; a blocking query simply waits in the read, and cancelling its
 // context ends the wait.
 //
+// Of the httptrace hooks, only those http.Request.Write calls itself
+// (WroteHeaderField, WroteHeaders, WroteRequest) are called.
+//
 // The zero Transport is ready to use; it must not be copied after first
 // use.
 type Transport struct {
@@ -196,10 +199,7 @@ func (t *Transport) exchange(ctx context.Context, tc *tconn, addr string, req *h
 		// have cut the exchange short, and it poisons the connection
 		// either way.
 		tc.c.Close()
-		if err != nil || ctx.Err() != nil {
-			return nil, false, ctx.Err()
-		}
-		return resp, false, nil
+		return nil, false, ctx.Err()
 	}
 	if err != nil {
 		tc.c.Close()
