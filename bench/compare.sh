@@ -328,9 +328,36 @@ run_one() {
 # to the group W@N if that entry is listed, else to the plain group W. So files
 # saved before NAME@N existed (or with other counts) fall into the plain groups.
 
+# header FILE: the table's first line. A saved file (-R) is described by
+# what its lines say (runs = most lines of one target, workload and client
+# count; lengths from duration_s), not by this invocation's options.
+header() {
+	if [[ -z $REPORT ]]; then
+		echo "holdfast vs peers: median of $RUNS runs, ${DURATION} each (sessions-keepalive: $KA_DURATION)"
+		return
+	fi
+	awk '
+/^result / {
+	t = w = c = d = ""
+	for (i = 2; i <= NF; i++) {
+		split($i, kv, "=")
+		if (kv[1] == "target") t = kv[2]; else if (kv[1] == "workload") w = kv[2]
+		else if (kv[1] == "clients") c = kv[2]; else if (kv[1] == "duration_s") d = kv[2] + 0
+	}
+	n[t " " w " " c]++
+	if (w == "sessions-keepalive") { if (d > ka) ka = d } else if (d > dur) dur = d
+}
+END {
+	for (k in n) if (n[k] > runs) runs = n[k]
+	printf "holdfast vs peers (saved lines): median of up to %d runs, %.0fs each", runs, dur
+	if (ka > 0) printf " (sessions-keepalive: %.0fs)", ka
+	printf "\n"
+}' "$1"
+}
+
 report() {
 	echo
-	echo "holdfast vs peers: median of $RUNS runs, ${DURATION} each (sessions-keepalive: $KA_DURATION)"
+	header "$1"
 	if [[ -n ${UNAVAILABLE:-} ]]; then echo "unavailable:${UNAVAILABLE}"; fi
 	awk -v workloads="$WORKLOADS" '
 function med(key,   n, i, j, t, a) {
