@@ -388,7 +388,6 @@ func (b *bench) watchWake(ctx context.Context) (*loadkit.Result, error) {
 		return nil, err
 	}
 	const wait = 10 * time.Second
-	const settle = time.Millisecond // lets the server park the queries it has read
 	hists := make([]loadkit.Hist, k)
 	var missed atomic.Int64
 	starts := make([]chan *wakeRound, k)
@@ -446,7 +445,7 @@ func (b *bench) watchWake(ctx context.Context) (*loadkit.Result, error) {
 			ch <- rd
 		}
 		rd.armed.Wait()
-		time.Sleep(settle)
+		time.Sleep(loadkit.WakePause) // lets the server park the queries it has read
 		rd.t0.Store(time.Now().UnixNano())
 		rounds++
 		if err := b.c.put(ctx, key, []byte(strconv.FormatInt(rounds, 10))); err != nil {

@@ -135,6 +135,18 @@ func jsonString(s string) []byte {
 	return b
 }
 
+// WakePause is how long every target's watch-wake round waits between
+// arming its watchers and the write. holdfast needs it: an HTTP blocking
+// query sends nothing back when the server parks it, so the load generator
+// gives the server this long to park the queries it has been sent. The
+// peers, whose watchers are known to be armed (ZooKeeper's GetW has
+// answered, etcd's watch streams are long-lived), wait the same time so
+// that every target writes from the same state: on a virtual machine,
+// CPUs left idle for a millisecond wake up measurably slower (ZooKeeper's
+// wake-up p50 went 1.03 -> 1.41 ms with the pause on 2026-11-21), and a
+// round that starts warm would not be comparable with one that does not.
+const WakePause = time.Millisecond
+
 // WakeResult is the watch-wake result of watchers watching for elapsed:
 // one latency histogram per watcher, rounds writes and missed wakes (a
 // watcher that saw no change within -timeout).

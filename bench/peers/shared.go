@@ -114,6 +114,7 @@ func (b *common) wakeLoop(ctx context.Context, k int, cur *atomic.Pointer[wakeRo
 	t0 := time.Now()
 	end := t0.Add(cfg.Duration)
 	for time.Now().Before(end) && ctx.Err() == nil && rounds*int64(k) < cfg.MaxOps {
+		time.Sleep(loadkit.WakePause) // the same pause as every target's round
 		rounds++
 		rd := &wakeRound{n: rounds, done: make(chan struct{})}
 		rd.left.Store(int64(k))

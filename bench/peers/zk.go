@@ -293,6 +293,7 @@ func (b *zkBench) watchWake(ctx context.Context) (*loadkit.Result, error) {
 			}(w)
 		}
 		wg.Wait()
+		time.Sleep(loadkit.WakePause) // the same pause as every target's round
 		rounds++
 		start := time.Now()
 		if _, err := writer.Set(path, []byte(strconv.FormatInt(rounds, 10)), -1); err != nil {
