@@ -484,3 +484,34 @@ func BenchmarkRoundTrip(b *testing.B) {
 		})
 	}
 }
+
+// TestTransportTooLarge: a server that refuses a value without reading it
+// (holdfast answers 413 from the declared length) is heard, whether the
+// body is small enough for Transport to send itself or goes through the
+// fallback, and the connection is fine for the next request.
+func TestTransportTooLarge(t *testing.T) {
+	const limit = 8 << 10
+	ts, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > limit {
+			http.Error(w, "Request body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "true")
+	})
+	c, err := NewClient(&Config{Address: ts.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, n := range []int{limit + 1, maxDirectBody + 1, 600 << 10} {
+		_, err := c.KV().Put(ctx, &KVPair{Key: "k", Value: bytes.Repeat([]byte("v"), n)}, nil)
+		var se *StatusError
+		if !errors.As(err, &se) || se.Code != http.StatusRequestEntityTooLarge || se.Body != "Request body too large" {
+			t.Fatalf("%d-byte value: %v, want a 413 StatusError", n, err)
+		}
+		if _, err := c.KV().Put(ctx, &KVPair{Key: "k", Value: []byte("small")}, nil); err != nil {
+			t.Fatalf("after a %d-byte value: %v", n, err)
+		}
+	}
+}
