@@ -55,6 +55,10 @@ type Transport struct {
 	fallback sync.Once
 	fb       http.RoundTripper
 
+	// proxied maps a host:port of http requests to whether the
+	// environment sends them through a proxy (then to the fallback).
+	proxied sync.Map
+
 	mu    sync.Mutex
 	hosts map[string]*hostConns
 }
@@ -76,9 +80,6 @@ const maxDirectBody = 64 << 10
 // hostConns is the pool of one host:port.
 type hostConns struct {
 	idle []*tconn
-	// proxied records, once, whether the environment sends requests to this
-	// host through a proxy; those go to the fallback.
-	proxyChecked, proxied bool
 }
 
 // tconn is one pooled connection. Its reads go through Read so that a
@@ -155,18 +156,15 @@ func (t *Transport) direct(req *http.Request) bool {
 	if req.Body != nil && req.Body != http.NoBody && (req.ContentLength <= 0 || req.ContentLength > maxDirectBody) {
 		return false
 	}
+	// net/http reads the proxy environment once per process, so the
+	// answer for a scheme and host never changes: it is asked once.
 	addr := hostPort(req.URL.Host)
-	t.mu.Lock()
-	hc := t.host(addr)
-	if !hc.proxyChecked {
-		// The environment is read once per process by net/http, so the
-		// answer for a host never changes.
-		p, err := http.ProxyFromEnvironment(req)
-		hc.proxied = p != nil || err != nil
-		hc.proxyChecked = true
+	if proxied, ok := t.proxied.Load(addr); ok {
+		return !proxied.(bool)
 	}
-	proxied := hc.proxied
-	t.mu.Unlock()
+	p, err := http.ProxyFromEnvironment(req)
+	proxied := p != nil || err != nil
+	t.proxied.Store(addr, proxied)
 	return !proxied
 }
 
