@@ -23,10 +23,10 @@ import (
 //
 // net/http's Transport gives every connection a reading and a writing
 // goroutine and passes each request and response between them and the
-// caller. For the small request/response pairs of a coordination API that
-// hand-off costs more CPU than the exchange itself (see bench/README.md,
-// "Client transport"), and client and server share the CPU when they run on
-// one machine.
+// caller. For the small request/response pairs of a coordination API those
+// hand-offs are a good part of the client's CPU per request (about a fifth
+// in bench/loadgen; bench/README.md, "Client transport"), and client and
+// server share the CPU when they run on one machine.
 //
 // What Transport does not carry goes to Fallback unchanged: https, requests
 // the environment sends through a proxy, bodies larger than 64 KiB or of
