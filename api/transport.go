@@ -59,8 +59,8 @@ type Transport struct {
 	// environment sends them through a proxy (then to the fallback).
 	proxied sync.Map
 
-	mu    sync.Mutex
-	hosts map[string]*hostConns
+	mu   sync.Mutex
+	idle map[string][]*tconn // by host:port, most recently used last
 }
 
 // NewTransport returns a Transport with the defaults described on its
@@ -76,11 +76,6 @@ const maxAttempts = 3
 // a server that answers (a 413, say) without reading it; larger bodies go to
 // net/http, which reads the answer while it is still writing.
 const maxDirectBody = 64 << 10
-
-// hostConns is the pool of one host:port.
-type hostConns struct {
-	idle []*tconn
-}
 
 // tconn is one pooled connection. Its reads go through Read so that a
 // failed exchange can tell whether the server sent anything at all.
@@ -110,7 +105,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, errors.New("api: request has no URL")
 	}
-	if !t.direct(req) {
+	addr := hostPort(req.URL.Host)
+	if !t.direct(req, addr) {
 		return t.fallbackRT().RoundTrip(req)
 	}
 	ctx := req.Context()
@@ -118,7 +114,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, err
 	}
-	addr := hostPort(req.URL.Host)
 	for attempt := 1; ; attempt++ {
 		tc, reused, err := t.getConn(ctx, addr)
 		if err != nil {
@@ -146,8 +141,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// direct reports whether Transport carries req itself.
-func (t *Transport) direct(req *http.Request) bool {
+// direct reports whether Transport carries req, bound for addr, itself.
+func (t *Transport) direct(req *http.Request, addr string) bool {
 	if req.URL.Scheme != "http" || req.URL.Host == "" || req.Header.Get("Expect") != "" {
 		return false
 	}
@@ -158,7 +153,6 @@ func (t *Transport) direct(req *http.Request) bool {
 	}
 	// net/http reads the proxy environment once per process, so the
 	// answer for a scheme and host never changes: it is asked once.
-	addr := hostPort(req.URL.Host)
 	if proxied, ok := t.proxied.Load(addr); ok {
 		return !proxied.(bool)
 	}
@@ -280,33 +274,20 @@ func closeRequestBody(req *http.Request) {
 	}
 }
 
-// host returns addr's pool, creating it. t.mu must be held.
-func (t *Transport) host(addr string) *hostConns {
-	hc := t.hosts[addr]
-	if hc == nil {
-		if t.hosts == nil {
-			t.hosts = make(map[string]*hostConns)
-		}
-		hc = &hostConns{}
-		t.hosts[addr] = hc
-	}
-	return hc
-}
-
 // getConn returns the most recently used idle connection to addr that is
 // still open, or dials a new one. reused says which.
 func (t *Transport) getConn(ctx context.Context, addr string) (tc *tconn, reused bool, err error) {
 	for {
 		t.mu.Lock()
-		hc := t.host(addr)
-		n := len(hc.idle)
+		idle := t.idle[addr]
+		n := len(idle)
 		if n == 0 {
 			t.mu.Unlock()
 			break
 		}
-		tc = hc.idle[n-1]
-		hc.idle[n-1] = nil
-		hc.idle = hc.idle[:n-1]
+		tc = idle[n-1]
+		idle[n-1] = nil
+		t.idle[addr] = idle[:n-1]
 		t.mu.Unlock()
 		if idleConnUsable(tc.c) {
 			return tc, true, nil
@@ -328,14 +309,12 @@ func (t *Transport) getConn(ctx context.Context, addr string) (tc *tconn, reused
 }
 
 func (t *Transport) putConn(addr string, tc *tconn) {
-	max := t.MaxIdleConnsPerHost
-	if max <= 0 {
-		max = DefaultIdleConns
-	}
 	t.mu.Lock()
-	hc := t.host(addr)
-	if len(hc.idle) < max {
-		hc.idle = append(hc.idle, tc)
+	if len(t.idle[addr]) < t.maxIdle() {
+		if t.idle == nil {
+			t.idle = make(map[string][]*tconn)
+		}
+		t.idle[addr] = append(t.idle[addr], tc)
 		tc = nil
 	}
 	t.mu.Unlock()
@@ -344,15 +323,25 @@ func (t *Transport) putConn(addr string, tc *tconn) {
 	}
 }
 
+// maxIdle is MaxIdleConnsPerHost with its default.
+func (t *Transport) maxIdle() int {
+	if t.MaxIdleConnsPerHost > 0 {
+		return t.MaxIdleConnsPerHost
+	}
+	return DefaultIdleConns
+}
+
 // dropIdle closes addr's idle connections.
 func (t *Transport) dropIdle(addr string) {
 	t.mu.Lock()
-	var idle []*tconn
-	if hc := t.hosts[addr]; hc != nil {
-		idle, hc.idle = hc.idle, nil
-	}
+	idle := t.idle[addr]
+	delete(t.idle, addr)
 	t.mu.Unlock()
-	for _, tc := range idle {
+	closeAll(idle)
+}
+
+func closeAll(conns []*tconn) {
+	for _, tc := range conns {
 		tc.c.Close()
 	}
 }
@@ -361,13 +350,11 @@ func (t *Transport) dropIdle(addr string) {
 // http.Client.CloseIdleConnections calls it.
 func (t *Transport) CloseIdleConnections() {
 	t.mu.Lock()
-	addrs := make([]string, 0, len(t.hosts))
-	for a := range t.hosts {
-		addrs = append(addrs, a)
-	}
+	all := t.idle
+	t.idle = nil
 	t.mu.Unlock()
-	for _, a := range addrs {
-		t.dropIdle(a)
+	for _, idle := range all {
+		closeAll(idle)
 	}
 	if c, ok := t.fallbackRT().(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
@@ -383,10 +370,7 @@ func (t *Transport) fallbackRT() http.RoundTripper {
 		t.fb = http.DefaultTransport
 		if dt, ok := http.DefaultTransport.(*http.Transport); ok {
 			c := dt.Clone()
-			c.MaxIdleConnsPerHost = t.MaxIdleConnsPerHost
-			if c.MaxIdleConnsPerHost <= 0 {
-				c.MaxIdleConnsPerHost = DefaultIdleConns
-			}
+			c.MaxIdleConnsPerHost = t.maxIdle()
 			t.fb = c
 		}
 	})

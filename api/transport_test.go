@@ -161,8 +161,8 @@ func waitIdleUnusable(t *testing.T, tr *Transport) {
 	for {
 		tr.mu.Lock()
 		usable := 0
-		for _, hc := range tr.hosts {
-			for _, tc := range hc.idle {
+		for _, idle := range tr.idle {
+			for _, tc := range idle {
 				if idleConnUsable(tc.c) {
 					usable++
 				}
