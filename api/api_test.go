@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -361,21 +360,10 @@ func mustJSON(t *testing.T, v any) string {
 // keeps its connections when several goroutines share it, instead of the
 // standard library's 2 idle connections per host.
 func TestDefaultClientReusesConnections(t *testing.T) {
-	var mu sync.Mutex
-	opened := 0
-	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ts, opened := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Consul-Index", "1")
 		io.WriteString(w, "[]")
-	}))
-	ts.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			mu.Lock()
-			opened++
-			mu.Unlock()
-		}
-	}
-	ts.Start()
-	defer ts.Close()
+	})
 	c, err := NewClient(&Config{Address: strings.TrimPrefix(ts.URL, "http://")})
 	if err != nil {
 		t.Fatal(err)
@@ -394,12 +382,10 @@ func TestDefaultClientReusesConnections(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	// A connection goes back to the pool just after its caller has its
 	// answer, so a round now and then opens one more; the standard
 	// library's 2 idle connections would open about 6 per round.
-	if limit := 2 * goroutines; opened > limit {
-		t.Fatalf("%d connections opened for %d rounds of %d concurrent requests, want at most %d", opened, rounds, goroutines, limit)
+	if n, limit := opened.Load(), int64(2*goroutines); n > limit {
+		t.Fatalf("%d connections opened for %d rounds of %d concurrent requests, want at most %d", n, rounds, goroutines, limit)
 	}
 }
