@@ -18,6 +18,7 @@ import (
 
 	"github.com/holdfast/holdfast/internal/agent"
 	"github.com/holdfast/holdfast/internal/httpapi"
+	"github.com/holdfast/holdfast/internal/httpserve"
 	"github.com/holdfast/holdfast/internal/server"
 )
 
@@ -124,7 +125,13 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 			return rand.N(max)
 		},
 	})
-	hs := &http.Server{Handler: withAgentRoutes(srv.Gossip(), handler), ReadHeaderTimeout: 10 * time.Second}
+	// httpserve rather than net/http's Server: the same parser and
+	// handlers, a fifth less CPU per request (see its package doc).
+	hs := &httpserve.Server{
+		Handler:           withAgentRoutes(srv.Gossip(), handler),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          func(msg string) { logger.Error(msg) },
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 

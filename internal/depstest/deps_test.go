@@ -67,6 +67,9 @@ var lattice = map[string][]string{
 	// the state's types for them, as httpapi does.
 	"internal/gossip":  {"clock", "internal/state"},
 	"internal/httpapi": {"clock", "internal/state", "internal/watch"},
+	// The HTTP/1.1 connection loop: net/http's parser and types, nothing
+	// of holdfast's.
+	"internal/httpserve": {},
 	// The agent runs its node's checks and writes their status through a
 	// CatalogWriter it declares; it uses the state's types, not the server.
 	"internal/agent": {"clock", "internal/state"},

@@ -106,6 +106,12 @@ func (h *handler) read(w http.ResponseWriter, r *http.Request, ro *readOpts, eva
 	}
 	wo := watch.Options{MinIndex: ro.index}
 	if ro.index > 0 {
+		// A server that does not watch every connection for a client
+		// that goes away (internal/httpserve) is asked to watch this one:
+		// the query may park for minutes.
+		if dw, ok := w.(interface{ WatchDisconnect() }); ok {
+			dw.WatchDisconnect()
+		}
 		wo.Wait = ro.wait
 		if h.opts.Jitter != nil {
 			if j := h.opts.Jitter(ro.wait / 16); j > 0 {

@@ -1,10 +1,15 @@
 package httpapi
 
 import (
+	"fmt"
+	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/holdfast/holdfast/internal/httpserve"
 )
 
 func idxOf(t *testing.T, r *resp) uint64 {
@@ -237,5 +242,48 @@ func TestBlockingDeletedKeyReturns404(t *testing.T) {
 	r := recv(t, ch).want(t, 404, "")
 	if idxOf(t, r) != e.b.index() {
 		t.Fatalf("index %d, want %d", idxOf(t, r), e.b.index())
+	}
+}
+
+// A blocking query served by internal/httpserve, which watches for a
+// client going away only when asked, still ends when its client hangs up:
+// read asks (WatchDisconnect) before it parks.
+func TestBlockingGetEndsWhenClientLeavesUnderHTTPServe(t *testing.T) {
+	e := newEnv(t)
+	e.do("PUT", "/v1/kv/b", "1").want(t, 200, "true")
+	idx := idxOf(t, e.do("GET", "/v1/kv/b", ""))
+
+	returned := make(chan struct{}, 1)
+	srv := &httpserve.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.h.ServeHTTP(w, r)
+		returned <- struct{}{}
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, timers := e.b.reads.Load(), e.clk.Timers()
+	fmt.Fprintf(nc, "GET /v1/kv/b?index=%d&wait=10m HTTP/1.1\r\nHost: x\r\n\r\n", idx)
+	for e.b.reads.Load() == before {
+		time.Sleep(100 * time.Microsecond)
+	}
+	e.clk.WaitTimers(t, timers+1) // parked
+	select {
+	case <-returned:
+		t.Fatal("the blocking query returned before anything changed")
+	default:
+	}
+	nc.Close()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocking query still parked 10s after its client left")
 	}
 }
