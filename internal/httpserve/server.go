@@ -278,7 +278,7 @@ func (c *conn) serveOne() bool {
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), isTimeout(err), errors.Is(err, net.ErrClosed):
 			// The client went away, or was too slow: nobody to answer.
 		default:
-			c.writeError(http.StatusBadRequest, "malformed HTTP request: "+strings.TrimPrefix(err.Error(), "net/http: "))
+			c.writeError(http.StatusBadRequest, "the request could not be parsed: "+err.Error())
 		}
 		return false
 	}

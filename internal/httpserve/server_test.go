@@ -205,7 +205,7 @@ func TestRefusedBeforeTheHandler(t *testing.T) {
 		code      int
 		says      string
 	}{
-		{"malformed", "GET\r\n\r\n", 400, "malformed HTTP request"},
+		{"malformed", "GET\r\n\r\n", 400, "could not be parsed: malformed HTTP request"},
 		{"no Host", "GET / HTTP/1.1\r\n\r\n", 400, "Host"},
 		{"HTTP/2", "GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505, "HTTP/1.x"},
 		{"other Expect", "GET / HTTP/1.1\r\nHost: x\r\nExpect: later\r\n\r\n", 417, "100-continue"},
