@@ -90,7 +90,8 @@ type agentOpts struct {
 	dev      bool
 	dataDir  string
 	node     string
-	raftAddr string // default: a free loopback port
+	raftAddr string   // default: a free loopback port
+	extra    []string // more flags
 }
 
 // startAgent starts an agent and waits until it reports its address, leads
@@ -125,7 +126,7 @@ func launchAgent(t *testing.T, o agentOpts) *agent {
 	} else {
 		args = append(args, "-data-dir", o.dataDir)
 	}
-	a := launchWith(t, o.node, args...)
+	a := launchWith(t, o.node, append(args, o.extra...)...)
 	a.raftAddr, a.dataDir = o.raftAddr, o.dataDir
 	return a
 }

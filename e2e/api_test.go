@@ -376,10 +376,18 @@ func lockHolders(t *testing.T, c *api.Client, prefix string) map[string]bool {
 
 // TestBlockingQueries: a Get with WaitIndex returns when the key changes,
 // and otherwise at the end of its wait with the same index, even if other
-// keys change meanwhile.
+// keys change meanwhile. Under both HTTP servers the agent can run.
 func TestBlockingQueries(t *testing.T) {
 	t.Parallel()
-	a := startAgent(t, agentOpts{dev: true})
+	for _, loop := range []string{"holdfast", "stdlib"} {
+		t.Run(loop, func(t *testing.T) {
+			t.Parallel()
+			testBlockingQueries(t, startAgent(t, agentOpts{dev: true, extra: []string{"-http-server", loop}}))
+		})
+	}
+}
+
+func testBlockingQueries(t *testing.T, a *agent) {
 	kv := a.client().KV()
 	if _, err := kv.Put(&api.KVPair{Key: "e2e/watched", Value: []byte("v1")}, nil); err != nil {
 		t.Fatal(err)
