@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/holdfast/holdfast/internal/gossip"
+	"github.com/holdfast/holdfast/internal/httpserve"
 )
 
 // gossipPair starts two in-process pools on loopback, a server-tagged one
@@ -209,3 +211,29 @@ func TestMembersCommandErrors(t *testing.T) {
 }
 
 func normSpace(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// withAgentRoutes must hand the API the server's own ResponseWriter: a
+// wrapper would hide httpserve's WatchDisconnect, and a blocking query
+// whose client left would then stay parked until its wait ran out.
+func TestAgentRoutesKeepTheResponseWriter(t *testing.T) {
+	seen := make(chan bool, 1)
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, ok := w.(interface{ WatchDisconnect() })
+		seen <- ok
+	})
+	srv := &httpserve.Server{Handler: withAgentRoutes(nil, api)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	resp, err := http.Get("http://" + ln.Addr().String() + "/v1/kv/k?index=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if !<-seen {
+		t.Error("the API handler got a ResponseWriter without WatchDisconnect")
+	}
+}
