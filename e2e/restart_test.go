@@ -278,3 +278,62 @@ func TestRestartReplay(t *testing.T) {
 			p != nil && p.Session == sess)
 	}
 }
+
+// TestAgentChecksSurviveRestart: the agent keeps its checks and services
+// in its data directory, so a restart brings them back with their status,
+// and a session bound to an agent TTL check lives on (Consul's agent does
+// the same; before, the restarted agent deregistered the check as stale
+// and the session died with it).
+func TestAgentChecksSurviveRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	raftAddr := freeAddr(t)
+	a := startAgent(t, agentOpts{dataDir: dir, raftAddr: raftAddr})
+	c := a.client()
+	if err := c.Agent().CheckRegister(&api.AgentCheckRegistration{ID: "app", Name: "app",
+		AgentServiceCheck: api.AgentServiceCheck{TTL: "60s"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Agent().UpdateTTL("app", "up", api.HealthPassing); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{Name: "web", Port: 80,
+		Check: &api.AgentServiceCheck{TTL: "60s", Status: api.HealthPassing}}); err != nil {
+		t.Fatal(err)
+	}
+	sess, _, err := c.Session().Create(&api.SessionEntry{Name: "bound", Checks: []string{"serfHealth", "app"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: "r/bound", Session: sess}, nil); err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	if code := a.terminate(15 * time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+
+	b := startAgent(t, agentOpts{dataDir: dir, raftAddr: raftAddr})
+	c = b.client()
+	eventually(t, 10*time.Second, "the agent's checks back after the restart", func() bool {
+		checks, err := c.Agent().Checks()
+		return err == nil && checks["app"] != nil && checks["app"].Status == api.HealthPassing &&
+			checks["service:web"] != nil && checks["service:web"].Status == api.HealthPassing
+	})
+	if svcs, err := c.Agent().Services(); err != nil || svcs["web"] == nil || svcs["web"].Port != 80 {
+		t.Fatalf("services after restart: %v %v", svcs, err)
+	}
+	if e, _, err := c.Session().Info(sess, nil); err != nil || e == nil {
+		t.Fatalf("the session bound to the agent's TTL check did not survive the restart: %+v %v", e, err)
+	}
+	if p, _, err := c.KV().Get("r/bound", nil); err != nil || p == nil || p.Session != sess {
+		t.Fatalf("r/bound after restart: %+v %v", p, err)
+	}
+	// The check is live again: failing it ends the session.
+	if err := c.Agent().UpdateTTL("app", "down", api.HealthCritical); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the session to end with its check", func() bool {
+		e, _, err := c.Session().Info(sess, nil)
+		return err == nil && e == nil
+	})
+}

@@ -74,6 +74,10 @@ type Config struct {
 	// registration at once). Default 5m; negative writes every change at
 	// once.
 	OutputUpdateInterval time.Duration
+	// StateFile keeps the agent's services and checks across restarts
+	// (see Restore); it is rewritten after every change. Empty keeps
+	// nothing.
+	StateFile string
 }
 
 // Errors. ErrNotFound and ErrClosed are sentinels for errors.Is; bad input
@@ -118,9 +122,14 @@ type Agent struct {
 	checks   map[string]*runner
 	services map[string]*state.Service
 	closed   bool
+	pending  *savedState          // read from StateFile, not restored yet
+	ttlStart map[string]time.Time // restored TTL checks: when their TTL started
+
+	saveMu sync.Mutex // one write of StateFile at a time
 }
 
-// New returns an agent with no checks and no services. Close stops it.
+// New returns an agent with no checks and no services running; those kept
+// in Config.StateFile are registered again by Restore. Close stops it.
 func New(cfg Config) *Agent {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real()
@@ -140,7 +149,13 @@ func New(cfg Config) *Agent {
 	if cfg.OutputUpdateInterval == 0 {
 		cfg.OutputUpdateInterval = DefaultOutputUpdateInterval
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, checks: map[string]*runner{}, services: map[string]*state.Service{}}
+	a := &Agent{cfg: cfg, log: cfg.Logger, checks: map[string]*runner{}, services: map[string]*state.Service{},
+		ttlStart: map[string]time.Time{}}
+	if cfg.StateFile != "" {
+		if err := a.load(); err != nil {
+			a.log.Error(err.Error())
+		}
+	}
 	if cfg.HTTPClient != nil {
 		a.http, a.insecure = cfg.HTTPClient, cfg.HTTPClient
 	} else {
@@ -334,6 +349,9 @@ func (a *Agent) RegisterCheck(ctx context.Context, def *state.CheckDefinition) e
 	holds := a.holdRunners([]string{d.ID})
 	err = a.cfg.Catalog.Register(ctx, &state.RegisterRequest{Node: a.cfg.Node, SkipNodeUpdate: true, Check: p.hc})
 	a.finish(holds, []*prepared{p}, err == nil)
+	if err == nil {
+		a.save()
+	}
 	return err
 }
 
@@ -357,6 +375,10 @@ func (a *Agent) DeregisterCheck(ctx context.Context, id string) error {
 	holds := a.holdRunners([]string{id})
 	err := a.cfg.Catalog.Deregister(ctx, &state.DeregisterRequest{Node: a.cfg.Node, CheckID: id})
 	a.finish(holds, nil, err == nil)
+	if err == nil {
+		a.forgetPending(id)
+		a.save()
+	}
 	return err
 }
 
@@ -389,6 +411,9 @@ func (a *Agent) UpdateCheck(ctx context.Context, id, status, output string) erro
 			return invalidf("Check %q is %s %s check, not a TTL check: only TTL checks can be updated", id, article, strings.ToUpper(string(r.kind)))
 		}
 		err := r.update(ctx, status, truncate(output))
+		if err == nil {
+			a.save() // the TTL's new deadline
+		}
 		if errors.Is(err, ErrNotFound) {
 			a.mu.Lock()
 			next := a.checks[id]
@@ -499,6 +524,9 @@ func (a *Agent) RegisterService(ctx context.Context, svc *state.Service, checks 
 		a.mu.Unlock()
 	}
 	a.finish(holds, ps, err == nil)
+	if err == nil {
+		defer a.save()
+	}
 	if err != nil || !replaceChecks {
 		return err
 	}
@@ -556,6 +584,9 @@ func (a *Agent) DeregisterService(ctx context.Context, id string) error {
 		a.mu.Unlock()
 	}
 	a.finish(holds, nil, err == nil)
+	if err == nil {
+		a.save()
+	}
 	return err
 }
 
@@ -586,7 +617,14 @@ type prepared struct {
 }
 
 func (a *Agent) prepare(def *state.CheckDefinition, kind checkKind) *prepared {
-	return &prepared{def: *def, kind: kind, hc: a.catalogCheck(def, kind, def.Status, ""), at: a.cfg.Clock.Now()}
+	at := a.cfg.Clock.Now()
+	a.mu.Lock()
+	if t, ok := a.ttlStart[def.ID]; ok { // restored: the rest of its TTL
+		at = t
+		delete(a.ttlStart, def.ID)
+	}
+	a.mu.Unlock()
+	return &prepared{def: *def, kind: kind, hc: a.catalogCheck(def, kind, def.Status, ""), at: at}
 }
 
 // holdRunners holds still the runners of the given check IDs that exist,
@@ -662,7 +700,7 @@ func (a *Agent) ForgetStale(ctx context.Context, inCatalog []*state.HealthCheck)
 		known[c.CheckID] = true
 	}
 	for _, c := range inCatalog {
-		if c.Node != a.cfg.Node || known[c.CheckID] {
+		if c.Node != a.cfg.Node || known[c.CheckID] || a.pendingCheck(c.CheckID) {
 			continue
 		}
 		switch checkKind(c.Type) {

@@ -28,6 +28,15 @@
 // changes the registry. A catalog write that fails therefore changes
 // nothing: the old runners carry on as if nothing had happened.
 //
+// # Restarts
+//
+// With Config.StateFile set, the registry is written to that file after
+// every change and every TTL update, and a new Agent on the same file
+// registers it again (Restore): a TTL check with its status and what was
+// left of its TTL, so the sessions bound to it survive the restart as they
+// do in Consul. ForgetStale then removes only what no run of the agent
+// knows any more.
+//
 // # Time
 //
 // Every timer (TTL deadlines, probe intervals, probe timeouts, retries of

@@ -50,8 +50,9 @@ type runner struct {
 	// holds the runner (under Agent.regMu).
 	held *holdReq
 
-	mu  sync.Mutex // guards cur, which only run writes
-	cur checkStatus
+	mu      sync.Mutex // guards cur and expires, which only run writes
+	cur     checkStatus
+	expires time.Time // TTL: deadline as last set (zero once expired), for the state file
 
 	// owned by run:
 	timer     clock.Timer // TTL: the deadline; HTTP/TCP: the next probe
@@ -80,6 +81,7 @@ func (a *Agent) start(p *prepared) *runner {
 	}
 	if p.kind == kindTTL {
 		r.deadline = p.at.Add(p.def.TTL)
+		r.expires = r.deadline
 		r.timer = r.clk.NewTimer(r.deadline.Sub(r.clk.Now()))
 	}
 	go r.run()
@@ -155,6 +157,14 @@ func (r *runner) status() checkStatus {
 	return r.cur
 }
 
+// saved returns the current status and, for a TTL check, when its TTL
+// runs out (zero once it has).
+func (r *runner) saved() (checkStatus, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur, r.expires
+}
+
 // update hands a TTL update to the runner and waits until it is applied
 // (and a status change written, or queued for retry).
 func (r *runner) update(ctx context.Context, status, output string) error {
@@ -214,6 +224,9 @@ func (r *runner) onUpdate(st checkStatus) error {
 	r.expireIfDue()
 	r.deadline = r.clk.Now().Add(r.def.TTL)
 	r.timer.Reset(r.def.TTL)
+	r.mu.Lock()
+	r.expires = r.deadline
+	r.mu.Unlock()
 	r.set(st)
 	r.maybeSync()
 	return nil
@@ -225,6 +238,9 @@ func (r *runner) expireIfDue() {
 		return
 	}
 	r.deadline = time.Time{}
+	r.mu.Lock()
+	r.expires = time.Time{}
+	r.mu.Unlock()
 	out := "TTL expired"
 	if last := r.status().Output; last != "" {
 		out += " (last output before timeout follows): " + last

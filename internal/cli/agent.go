@@ -116,7 +116,14 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		return &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "server: ")}
 	}
 	// The agent runs this node's checks and services, writing through the server.
-	ag := agent.New(agent.Config{Node: srv.NodeName(), Catalog: srv, Logger: slog.New(hclogHandler{logger.Named("agent")})})
+	// With a data directory the agent keeps its checks and services
+	// there, so that a restart brings them (and the sessions bound to
+	// them) back, as Consul's agent does.
+	stateFile := ""
+	if dir != "" {
+		stateFile = filepath.Join(dir, "agent-registrations.json")
+	}
+	ag := agent.New(agent.Config{Node: srv.NodeName(), Catalog: srv, Logger: slog.New(hclogHandler{logger.Named("agent")}), StateFile: stateFile})
 	defer ag.Close()
 	go forgetStaleChecks(ctx, srv, ag, logger)
 	handler := httpapi.New(srv, httpapi.Options{
@@ -239,11 +246,16 @@ func (h hclogHandler) Handle(_ context.Context, r slog.Record) error {
 func (h hclogHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h hclogHandler) WithGroup(string) slog.Handler      { return h }
 
-// forgetStaleChecks drops, once this server leads, the agent checks an
-// earlier run left in the catalog: nothing runs them now.
+// forgetStaleChecks, once this server leads, registers again the checks
+// and services the agent kept from its last run, then drops the agent
+// checks an earlier run left in the catalog that nothing runs now.
 func forgetStaleChecks(ctx context.Context, srv *server.Server, ag *agent.Agent, logger hclog.Logger) {
 	if err := srv.WaitForLeader(ctx); err != nil {
 		return // not leading (yet): the next start of this agent tries again
+	}
+	if err := ag.Restore(ctx); err != nil {
+		// What failed stays in the state file and is not forgotten below.
+		logger.Error("could not register again the checks and services of the last run", "error", err)
 	}
 	_, checks := srv.State().NodeChecks(nil, srv.NodeName())
 	if err := ag.ForgetStale(ctx, checks); err != nil {

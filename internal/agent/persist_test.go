@@ -1,0 +1,184 @@
+package agent_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/clock/clocktest"
+	"github.com/holdfast/holdfast/internal/agent"
+	"github.com/holdfast/holdfast/internal/state"
+)
+
+// A restarted agent (a new Agent on the same state file and the same
+// catalog) brings back its services and checks: a TTL check with its
+// status and the rest of its TTL, so the session bound to it lives on and
+// dies exactly when the TTL it was given before the restart runs out.
+func TestRestoreAfterRestart(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "agent.json")
+	clk := clocktest.NewFake(epoch)
+	cat := newFakeCatalog(t, clk)
+	const ttl = 10 * time.Second
+
+	first := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	if err := first.RegisterService(ctx(), &state.Service{Service: "web", Port: 80},
+		[]*state.CheckDefinition{{TTL: ttl, Status: state.HealthPassing}}, false); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register service web service:web=passing")
+	if err := first.RegisterCheck(ctx(), ttlCheck("app", ttl, "")); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register app=critical")
+	if err := first.RegisterCheck(ctx(), ttlCheck("gone", ttl, state.HealthPassing)); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register gone=passing")
+	if err := first.DeregisterCheck(ctx(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "deregister check gone")
+	clk.Advance(4 * time.Second)
+	if err := first.UpdateCheck(ctx(), "app", state.HealthPassing, "up"); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register app=passing")
+	cat.session(t, "s1", "app")
+	first.Close() // the process ends; the catalog keeps what it had
+
+	clk.Advance(3 * time.Second) // down for 3s: "app" has 7s of TTL left
+	second := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	defer second.Close()
+	if err := second.Restore(ctx()); err != nil {
+		t.Fatal(err)
+	}
+	// web's check was never updated: its TTL (from registration, 7s ago)
+	// has 3s left.
+	cat.expect(t, "register service web service:web=passing")
+	cat.expect(t, "register app=passing")
+	cat.quiet(t)
+	if !cat.sessionAlive("s1") {
+		t.Fatal("the session bound to a passing TTL check died in the restart")
+	}
+	if err := second.ForgetStale(ctx(), checksOf(cat)); err != nil {
+		t.Fatal(err)
+	}
+	cat.quiet(t) // nothing is stale: everything came back
+
+	clk.Advance(3*time.Second - time.Nanosecond)
+	cat.quiet(t)
+	clk.Advance(time.Nanosecond)
+	cat.expect(t, "register service:web=critical")
+	clk.Advance(4*time.Second - time.Nanosecond)
+	cat.quiet(t)
+	if !cat.sessionAlive("s1") {
+		t.Fatal("session died before its check's TTL ran out")
+	}
+	clk.Advance(time.Nanosecond)
+	cat.expect(t, "register app=critical")
+	if cat.sessionAlive("s1") {
+		t.Fatal("session outlived its check")
+	}
+	if got := second.Checks(); len(got) != 2 || got[0].CheckID != "app" || got[1].CheckID != "service:web" {
+		t.Fatalf("checks after restore %+v", got)
+	}
+}
+
+// A TTL check whose TTL ran out while the agent was down comes back
+// critical, which invalidates the sessions bound to it.
+func TestRestoreExpiredTTL(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "agent.json")
+	clk := clocktest.NewFake(epoch)
+	cat := newFakeCatalog(t, clk)
+	first := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	if err := first.RegisterCheck(ctx(), ttlCheck("app", 10*time.Second, state.HealthPassing)); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register app=passing")
+	cat.session(t, "s1", "app")
+	first.Close()
+
+	clk.Advance(10 * time.Second)
+	second := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	defer second.Close()
+	if err := second.Restore(ctx()); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register app=critical")
+	if cat.sessionAlive("s1") {
+		t.Fatal("session bound to a check that expired during the restart is alive")
+	}
+}
+
+// A check registered through the API before Restore runs is kept as
+// registered, and a saved check that fails to come back is neither lost
+// from the file nor forgotten as stale.
+func TestRestoreKeepsNewerAndFailed(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "agent.json")
+	clk := clocktest.NewFake(epoch)
+	cat := newFakeCatalog(t, clk)
+	first := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	for _, id := range []string{"a", "b"} {
+		if err := first.RegisterCheck(ctx(), ttlCheck(id, time.Minute, state.HealthPassing)); err != nil {
+			t.Fatal(err)
+		}
+		cat.expect(t, "register "+id+"=passing")
+	}
+	first.Close()
+
+	second := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	defer second.Close()
+	if err := second.RegisterCheck(ctx(), ttlCheck("a", time.Minute, state.HealthWarning)); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register a=warning")
+	cat.setFail(errors.New("no leader"))
+	if err := second.Restore(ctx()); err == nil {
+		t.Fatal("Restore succeeded with the catalog refusing writes")
+	}
+	cat.expect(t, "failed register b=passing")
+	cat.setFail(nil)
+	if err := second.ForgetStale(ctx(), checksOf(cat)); err != nil {
+		t.Fatal(err)
+	}
+	cat.quiet(t) // b is pending, not stale
+	b, err := os.ReadFile(file)
+	if err != nil || !strings.Contains(string(b), `"ID": "b"`) {
+		t.Fatalf("state file lost the pending check: %v\n%s", err, b)
+	}
+	if err := second.Restore(ctx()); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register b=passing")
+	if got := second.Checks(); len(got) != 2 || got[0].Status != state.HealthWarning {
+		t.Fatalf("checks %+v", got)
+	}
+}
+
+// A file that is not a state file is moved aside and the agent starts
+// with nothing (and says so in the log).
+func TestUnreadableStateFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "agent.json")
+	if err := os.WriteFile(file, []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktest.NewFake(epoch)
+	cat := newFakeCatalog(t, clk)
+	ag := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	defer ag.Close()
+	if err := ag.Restore(ctx()); err != nil {
+		t.Fatal(err)
+	}
+	cat.quiet(t)
+	if b, err := os.ReadFile(file + ".unreadable"); err != nil || string(b) != "{not json" {
+		t.Fatalf("unreadable file not kept aside: %q %v", b, err)
+	}
+}
+
+func checksOf(cat *fakeCatalog) []*state.HealthCheck {
+	_, cs := cat.st.NodeChecks(nil, node)
+	return cs
+}
