@@ -125,7 +125,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	}
 	ag := agent.New(agent.Config{Node: srv.NodeName(), Catalog: srv, Logger: slog.New(hclogHandler{logger.Named("agent")}), StateFile: stateFile})
 	defer ag.Close()
-	go forgetStaleChecks(ctx, srv, ag, logger)
+	go restoreAgentChecks(ctx, srv, ag, logger)
 	handler := httpapi.New(srv, httpapi.Options{
 		Agent:  ag,
 		Logger: slog.New(hclogHandler{logger}),
@@ -246,10 +246,10 @@ func (h hclogHandler) Handle(_ context.Context, r slog.Record) error {
 func (h hclogHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h hclogHandler) WithGroup(string) slog.Handler      { return h }
 
-// forgetStaleChecks, once this server leads, registers again the checks
+// restoreAgentChecks, once this server leads, registers again the checks
 // and services the agent kept from its last run, then drops the agent
 // checks an earlier run left in the catalog that nothing runs now.
-func forgetStaleChecks(ctx context.Context, srv *server.Server, ag *agent.Agent, logger hclog.Logger) {
+func restoreAgentChecks(ctx context.Context, srv *server.Server, ag *agent.Agent, logger hclog.Logger) {
 	if err := srv.WaitForLeader(ctx); err != nil {
 		return // not leading (yet): the next start of this agent tries again
 	}
