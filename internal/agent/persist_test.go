@@ -1,10 +1,14 @@
 package agent_test
 
 import (
+	"context"
 	"errors"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,4 +185,75 @@ func TestUnreadableStateFile(t *testing.T) {
 func checksOf(cat *fakeCatalog) []*state.HealthCheck {
 	_, cs := cat.st.NodeChecks(nil, node)
 	return cs
+}
+
+// quietCatalog accepts every write into a real store and reports nothing.
+type quietCatalog struct {
+	mu  sync.Mutex
+	st  *state.Store
+	idx uint64
+	now time.Time
+}
+
+func (q *quietCatalog) Register(_ context.Context, req *state.RegisterRequest) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.idx++
+	return q.st.Register(q.idx, q.now, req)
+}
+
+func (q *quietCatalog) Deregister(_ context.Context, req *state.DeregisterRequest) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.idx++
+	return q.st.Deregister(q.idx, q.now, req)
+}
+
+// FuzzStateFile: whatever the state file holds, a starting agent neither
+// panics nor hangs; it restores what it can and keeps or sets aside the
+// rest. What it restored it saves again in a form it reads back the same.
+//
+// Each run writes and syncs the file several times, so keep the
+// minimisation of new inputs short:
+//
+//	go test -run '^$' -fuzz FuzzStateFile -fuzzminimizetime 3s ./internal/agent/
+func FuzzStateFile(f *testing.F) {
+	f.Add([]byte(`{"version":1,"services":[{"ID":"web","Service":"web","Port":80}],"checks":[` +
+		`{"definition":{"ID":"service:web","Name":"w","ServiceID":"web","TTL":10000000000},"status":"passing","expires":"2026-01-01T00:00:05Z"},` +
+		`{"definition":{"ID":"app","Name":"app","TTL":30000000000},"status":"warning","expires":"2025-12-31T23:59:00Z"}]}`))
+	f.Add([]byte(`{"version":1,"services":[],"checks":[{"definition":{"ID":"t","Name":"t","TCP":"127.0.0.1:1","Interval":1000000000}},` +
+		`{"definition":{"ID":"","Name":""}},{"definition":{"ID":"x","ServiceID":"nope","TTL":5000000000}}]}`))
+	f.Add([]byte(`{"version":2}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		dir := t.TempDir()
+		file := filepath.Join(dir, "agent.json")
+		if err := os.WriteFile(file, in, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		clk := clocktest.NewFake(epoch)
+		cat := &quietCatalog{st: state.New(), now: epoch}
+		cat.Register(ctx(), &state.RegisterRequest{Node: node, Address: "127.0.0.1"})
+		// TCP and HTTP checks must not reach out: every dial fails.
+		ag := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file, Dialer: failDialer{},
+			HTTPClient: &http.Client{Transport: &http.Transport{DialContext: failDialer{}.DialContext}}})
+		ag.Restore(ctx()) // an error is fine: what failed stays pending
+		first := ag.Checks()
+		ag.Close()
+
+		// Whatever came back was saved; a second start reads it back.
+		again := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file, Dialer: failDialer{},
+			HTTPClient: &http.Client{Transport: &http.Transport{DialContext: failDialer{}.DialContext}}})
+		defer again.Close()
+		again.Restore(ctx())
+		if got := again.Checks(); len(got) < len(first) {
+			t.Fatalf("restored %d checks, then only %d after a second start", len(first), len(got))
+		}
+	})
+}
+
+type failDialer struct{}
+
+func (failDialer) DialContext(context.Context, string, string) (net.Conn, error) {
+	return nil, errors.New("fuzzing: no network")
 }
