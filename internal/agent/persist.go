@@ -157,6 +157,13 @@ func (a *Agent) Restore(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
+	// A TTL start a failed registration left unused must not shorten the
+	// TTL of a later registration of the same ID through the API.
+	defer func() {
+		a.mu.Lock()
+		clear(a.ttlStart)
+		a.mu.Unlock()
+	}()
 	now := a.cfg.Clock.Now()
 	byService := map[string][]*savedCheck{}
 	var alone []*savedCheck
