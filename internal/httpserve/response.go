@@ -23,6 +23,7 @@ type response struct {
 	app    appender    // writes into head, for http.Header.WriteSubset
 	body   requestBody // the request's body, if it has one
 
+	isHead      bool // a HEAD request: the body is counted, not sent
 	wroteHeader bool
 	status      int
 	declared    int64 // the handler's Content-Length; -1 if it set none
@@ -112,25 +113,23 @@ func (w *response) writeInformational(code int) {
 
 // Write adds p to the body. Past 64 KiB the response is streamed.
 func (w *response) Write(p []byte) (int, error) {
-	if err := w.accept(len(p)); err != nil || len(p) == 0 || w.req.Method == http.MethodHead {
-		if err != nil {
-			return 0, err
-		}
-		return len(p), nil
+	if err := w.accept(len(p)); err != nil {
+		return 0, err
 	}
-	w.buf = append(w.buf, p...)
+	if !w.isHead {
+		w.buf = append(w.buf, p...)
+	}
 	return w.afterAppend(len(p))
 }
 
 // WriteString is Write for a string, without the conversion.
 func (w *response) WriteString(s string) (int, error) {
-	if err := w.accept(len(s)); err != nil || len(s) == 0 || w.req.Method == http.MethodHead {
-		if err != nil {
-			return 0, err
-		}
-		return len(s), nil
+	if err := w.accept(len(s)); err != nil {
+		return 0, err
 	}
-	w.buf = append(w.buf, s...)
+	if !w.isHead {
+		w.buf = append(w.buf, s...)
+	}
 	return w.afterAppend(len(s))
 }
 
@@ -210,7 +209,7 @@ func (w *response) finish() error {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
-	isHead := w.req.Method == http.MethodHead
+	isHead := w.isHead
 	if w.declared >= 0 && w.written != w.declared && !isHead {
 		// The body is shorter than the header says: the client cannot
 		// find the end of it but by the close.

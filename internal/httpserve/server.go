@@ -37,8 +37,8 @@ type Server struct {
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
-	conns     map[*conn]bool // true while the connection waits for a request
-	closing   atomic.Bool    // set under mu; read without it
+	conns     map[*conn]struct{}
+	closing   atomic.Bool // set under mu; read without it
 }
 
 // Serve accepts connections on ln and serves each on its own goroutine. It
@@ -52,7 +52,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	if s.listeners == nil {
 		s.listeners = make(map[net.Listener]struct{})
-		s.conns = make(map[*conn]bool)
+		s.conns = make(map[*conn]struct{})
 	}
 	s.listeners[ln] = struct{}{}
 	s.mu.Unlock()
@@ -142,8 +142,8 @@ func (s *Server) beginClose() {
 func (s *Server) closeIdle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for c, idle := range s.conns {
-		if idle {
+	for c := range s.conns {
+		if c.state.CompareAndSwap(connIdle, connClosed) {
 			c.nc.Close()
 			delete(s.conns, c)
 		}
@@ -151,27 +151,14 @@ func (s *Server) closeIdle() bool {
 	return len(s.conns) == 0
 }
 
-// track registers a new connection as busy (its first request is coming).
+// track registers a new connection (busy: its first request is coming).
 func (s *Server) track(c *conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing.Load() {
 		return false
 	}
-	s.conns[c] = false
-	return true
-}
-
-// setIdle records whether c waits for a request. It reports false if the
-// connection must not go on: the server is closing and c is idle, or c
-// was closed and dropped while idle.
-func (s *Server) setIdle(c *conn, idle bool) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.conns[c]; !ok || (idle && s.closing.Load()) {
-		return false
-	}
-	s.conns[c] = idle
+	s.conns[c] = struct{}{}
 	return true
 }
 
@@ -204,12 +191,30 @@ type conn struct {
 	out    []byte      // the response being built: head, then body
 	body   []byte      // body bytes buffered before the head is written
 
+	hdrLimit int64        // bytes a request line and header may take
+	state    atomic.Int32 // connBusy, connIdle or connClosed
+
 	watching bool          // a disconnect watcher is running
 	watchEnd chan struct{} // closed when it has stopped
 }
 
+// A connection's state, for Shutdown: it closes idle connections only, and
+// a connection takes a request only if it was not closed while idle. Both
+// sides change the state by compare-and-swap, so the request path takes no
+// lock shared with other connections.
+const (
+	connBusy int32 = iota
+	connIdle
+	connClosed
+)
+
 func newConn(s *Server, nc net.Conn) *conn {
-	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), hdr: make(http.Header, 8)}
+	maxHdr := s.MaxHeaderBytes
+	if maxHdr <= 0 {
+		maxHdr = http.DefaultMaxHeaderBytes
+	}
+	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), hdr: make(http.Header, 8),
+		hdrLimit: int64(maxHdr) + 4096} // net/http's slack for the request line
 	c.cr.nc = nc
 	c.cr.limit = -1
 	c.br = bufio.NewReaderSize(&c.cr, 4<<10)
@@ -222,7 +227,11 @@ func (c *conn) serve() {
 		c.s.untrack(c)
 	}()
 	for {
-		if !c.s.setIdle(c, true) {
+		// Idle first, then the check: a Shutdown that set closing before
+		// it looked at this connection either finds it idle (and closes
+		// it) or is seen here.
+		c.state.Store(connIdle)
+		if c.s.closing.Load() {
 			return
 		}
 		if d := c.s.IdleTimeout; d > 0 {
@@ -230,17 +239,13 @@ func (c *conn) serve() {
 		}
 		// The header limit counts from here, so that what the Peek
 		// buffers counts too.
-		maxHdr := c.s.MaxHeaderBytes
-		if maxHdr <= 0 {
-			maxHdr = http.DefaultMaxHeaderBytes
-		}
-		c.cr.limit = int64(maxHdr) + 4096 // net/http's slack for the request line
+		c.cr.limit = c.hdrLimit
 		c.cr.hitLimit = false
 		if _, err := c.br.Peek(1); err != nil {
 			return
 		}
-		if !c.s.setIdle(c, false) {
-			return
+		if !c.state.CompareAndSwap(connIdle, connBusy) {
+			return // closed by Shutdown while idle
 		}
 		if !c.serveOne() {
 			return
@@ -307,7 +312,7 @@ func (c *conn) serveOne() bool {
 	ctx, cancel := context.WithCancel(context.Background())
 	req = req.WithContext(ctx)
 	clear(c.hdr)
-	w := &response{c: c, req: req, cancel: cancel, hdr: c.hdr, declared: -1}
+	w := &response{c: c, req: req, cancel: cancel, hdr: c.hdr, declared: -1, isHead: req.Method == http.MethodHead}
 	w.head = c.out[:0]
 	w.buf = c.body[:0]
 	hasBody := req.Body != http.NoBody
@@ -380,10 +385,12 @@ func (c *conn) runHandler(w *response) (ok bool) {
 // before any handler sees it, and is followed by a close.
 func (c *conn) writeError(code int, msg string) {
 	body := strconv.Itoa(code) + " " + http.StatusText(code) + ": " + msg + "\n"
+	b := appendStatusLine(nil, code)
+	b = append(b, "Content-Type: text/plain; charset=utf-8\r\n"...)
+	b = appendLength(b, int64(len(body)))
+	b = append(b, "Connection: close\r\n\r\n"...)
 	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-	io.WriteString(c.nc, "HTTP/1.1 "+strconv.Itoa(code)+" "+http.StatusText(code)+
-		"\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "+strconv.Itoa(len(body))+
-		"\r\nConnection: close\r\n\r\n"+body)
+	c.nc.Write(append(b, body...))
 	c.lingerClose()
 }
 
