@@ -279,21 +279,21 @@ func (c *conn) serveOne() bool {
 	if err != nil {
 		switch {
 		case c.cr.hitLimit:
-			c.writeError(http.StatusRequestHeaderFieldsTooLarge, "the request header is larger than the server accepts")
+			c.writeError(nil, http.StatusRequestHeaderFieldsTooLarge, "the request header is larger than the server accepts")
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), isTimeout(err), errors.Is(err, net.ErrClosed):
 			// The client went away, or was too slow: nobody to answer.
 		default:
-			c.writeError(http.StatusBadRequest, "the request could not be parsed: "+err.Error())
+			c.writeError(nil, http.StatusBadRequest, "the request could not be parsed: "+err.Error())
 		}
 		return false
 	}
 	if req.ProtoMajor != 1 {
-		c.writeError(http.StatusHTTPVersionNotSupported, "only HTTP/1.x is served here")
+		c.writeError(req, http.StatusHTTPVersionNotSupported, "only HTTP/1.x is served here")
 		return false
 	}
 	if req.ProtoAtLeast(1, 1) && req.Host == "" {
 		// http.ReadRequest has taken the header into req.Host.
-		c.writeError(http.StatusBadRequest, "an HTTP/1.1 request needs a Host header")
+		c.writeError(req, http.StatusBadRequest, "an HTTP/1.1 request needs a Host header")
 		return false
 	}
 	req.RemoteAddr = c.remote
@@ -301,7 +301,7 @@ func (c *conn) serveOne() bool {
 	expect := false
 	if ex := req.Header.Get("Expect"); ex != "" {
 		if !strings.EqualFold(ex, "100-continue") {
-			c.writeError(http.StatusExpectationFailed, "the only Expect served here is 100-continue")
+			c.writeError(req, http.StatusExpectationFailed, "the only Expect served here is 100-continue")
 			return false
 		}
 		// Over HTTP/1.0 there is no interim answer: the client sends the
@@ -381,16 +381,20 @@ func (c *conn) runHandler(w *response) (ok bool) {
 	return true
 }
 
-// writeError answers a request that could not be parsed or is refused
-// before any handler sees it, and is followed by a close.
-func (c *conn) writeError(code int, msg string) {
+// writeError answers a request that could not be parsed (req is nil) or is
+// refused before any handler sees it, and is followed by a close. The
+// answer to a HEAD request has the length of its body but not the body.
+func (c *conn) writeError(req *http.Request, code int, msg string) {
 	body := strconv.Itoa(code) + " " + http.StatusText(code) + ": " + msg + "\n"
 	b := appendStatusLine(nil, code)
 	b = append(b, "Content-Type: text/plain; charset=utf-8\r\n"...)
 	b = appendLength(b, int64(len(body)))
 	b = append(b, "Connection: close\r\n\r\n"...)
+	if req == nil || req.Method != http.MethodHead {
+		b = append(b, body...)
+	}
 	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-	c.nc.Write(append(b, body...))
+	c.nc.Write(b)
 	c.lingerClose()
 }
 
