@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/holdfast/holdfast/clock"
@@ -125,7 +126,8 @@ type Agent struct {
 	pending  *savedState          // read from StateFile, not restored yet
 	ttlStart map[string]time.Time // restored TTL checks: when their TTL started
 
-	saveMu sync.Mutex // one write of StateFile at a time
+	saveMu    sync.Mutex  // one write of StateFile at a time
+	restoring atomic.Bool // Restore runs: it saves once at the end
 }
 
 // New returns an agent with no checks and no services running; those kept
@@ -699,8 +701,11 @@ func (a *Agent) ForgetStale(ctx context.Context, inCatalog []*state.HealthCheck)
 	for _, c := range a.Checks() {
 		known[c.CheckID] = true
 	}
+	for _, id := range a.pendingChecks() { // kept for a Restore to come
+		known[id] = true
+	}
 	for _, c := range inCatalog {
-		if c.Node != a.cfg.Node || known[c.CheckID] || a.pendingCheck(c.CheckID) {
+		if c.Node != a.cfg.Node || known[c.CheckID] {
 			continue
 		}
 		switch checkKind(c.Type) {

@@ -71,8 +71,8 @@ func (a *Agent) load() error {
 // not registered yet included. A failure is logged: the registry change it
 // follows has happened, in the catalog too.
 func (a *Agent) save() {
-	if a.cfg.StateFile == "" {
-		return
+	if a.cfg.StateFile == "" || a.restoring.Load() {
+		return // Restore saves once, when it is done
 	}
 	a.saveMu.Lock()
 	defer a.saveMu.Unlock()
@@ -157,6 +157,14 @@ func (a *Agent) Restore(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
+	// One write of the file for the whole restore, not one per
+	// registration (each is synced); it also covers registrations made
+	// through the API meanwhile.
+	a.restoring.Store(true)
+	defer func() {
+		a.restoring.Store(false)
+		a.save()
+	}()
 	// A TTL start a failed registration left unused must not shorten the
 	// TTL of a later registration of the same ID through the API.
 	defer func() {
@@ -200,7 +208,6 @@ func (a *Agent) Restore(ctx context.Context) error {
 		a.mu.Lock()
 		a.pending = nil
 		a.mu.Unlock()
-		a.save()
 	}
 	return firstErr
 }
@@ -234,19 +241,18 @@ func (a *Agent) hasCheck(id string) bool {
 	return a.checks[id] != nil
 }
 
-// pendingCheck reports whether id is a saved check not restored yet.
-func (a *Agent) pendingCheck(id string) bool {
+// pendingChecks returns the IDs of the saved checks not restored yet.
+func (a *Agent) pendingChecks() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.pending == nil {
-		return false
+		return nil
 	}
+	ids := make([]string, 0, len(a.pending.Checks))
 	for _, c := range a.pending.Checks {
-		if c.Definition.ID == id {
-			return true
-		}
+		ids = append(ids, c.Definition.ID)
 	}
-	return false
+	return ids
 }
 
 // forgetPending drops a saved check that was deregistered before Restore
