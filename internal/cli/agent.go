@@ -143,12 +143,13 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		Shutdown(context.Context) error
 		Close() error
 	}
+	root := withAgentRoutes(srv.Gossip(), handler)
 	if *httpLoop == "stdlib" {
-		hs = &http.Server{Handler: withAgentRoutes(srv.Gossip(), handler), ReadHeaderTimeout: 10 * time.Second}
+		hs = &http.Server{Handler: root, ReadHeaderTimeout: readHeaderTimeout}
 	} else {
 		hs = &httpserve.Server{
-			Handler:           withAgentRoutes(srv.Gossip(), handler),
-			ReadHeaderTimeout: 10 * time.Second,
+			Handler:           root,
+			ReadHeaderTimeout: readHeaderTimeout,
 			ErrorLog:          func(msg string) { logger.Error(msg) },
 		}
 	}
@@ -166,7 +167,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		ds := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		ds := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout}
 		go ds.Serve(dl)
 		defer ds.Close()
 	}
@@ -194,6 +195,10 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	}
 	return runErr
 }
+
+// readHeaderTimeout bounds the time a client may take to send a request
+// header to the agent's HTTP listeners.
+const readHeaderTimeout = 10 * time.Second
 
 func defaultDataDir(stdio Stdio) string {
 	if d := stdio.getenv("HOLDFAST_DATA_DIR"); d != "" {
