@@ -80,15 +80,6 @@ func (tx *wtx) kvs(req *KVRequest) (bool, error) {
 	return false, fmt.Errorf("%w: unknown KV write %q", ErrInvalidRequest, req.Op)
 }
 
-func (tx *wtx) kvGet(key string) *DirEntry {
-	raw, err := tx.First(tabKVs, "id", key)
-	must(err)
-	if raw == nil {
-		return nil
-	}
-	return raw.(*DirEntry)
-}
-
 // kvSet writes e. Unless lockOp, the key's Session and LockIndex are kept
 // from the existing entry (a new key has none): a plain write never takes or
 // drops a lock, and, unlike Consul, never resets the LockIndex (so a
@@ -113,7 +104,7 @@ func (tx *wtx) kvSet(e *DirEntry, lockOp bool) {
 			return
 		}
 	}
-	must(tx.Insert(tabKVs, &ent))
+	tx.kvStore(&ent, old)
 	tx.bump(tabKVs)
 }
 
@@ -190,7 +181,7 @@ func (tx *wtx) kvDelete(key string) {
 	if old == nil {
 		return
 	}
-	must(tx.Delete(tabKVs, old))
+	tx.kvRemove(old)
 	must(tx.Insert(tabTombstones, &tombstone{Key: key, Index: tx.idx}))
 	tx.bump(tabKVs)
 }
@@ -208,10 +199,13 @@ func (tx *wtx) kvDeleteCAS(key string, cas uint64) bool {
 }
 
 func (tx *wtx) kvDeleteTree(prefix string) {
-	n, err := tx.DeletePrefix(tabKVs, "id_prefix", prefix)
-	must(err)
-	if !n {
+	var doomed []*DirEntry
+	tx.kvt().Entries.prefix(prefix, func(e *DirEntry) bool { doomed = append(doomed, e); return true })
+	if len(doomed) == 0 {
 		return
+	}
+	for _, e := range doomed {
+		tx.kvRemove(e)
 	}
 	if prefix != "" {
 		must(tx.Insert(tabTombstones, &tombstone{Key: prefix, Index: tx.idx}))
@@ -257,14 +251,14 @@ func (tx *wtx) setLockDelay(key string, d time.Duration) {
 // KVGet returns the entry at key (nil if absent) and the index to report:
 // the key's ModifyIndex, or the KV table's index when it is absent.
 func (s *Store) KVGet(ws watch.Set, key string) (uint64, *DirEntry) {
+	if ws != nil {
+		ws.Add(s.kw.key(key)) // before the read: see kvWatch
+	}
 	tx := s.read(ws)
-	ch, raw, err := tx.FirstWatch(tabKVs, "id", key)
-	must(err)
-	ws.Add(ch)
-	if raw == nil {
+	e := kvTableOf(tx).Entries.get(key)
+	if e == nil {
 		return tableIndex(tx, tabKVs), nil
 	}
-	e := raw.(*DirEntry)
 	return e.ModifyIndex, e
 }
 
@@ -273,18 +267,24 @@ func (s *Store) KVGet(ws watch.Set, key string) (uint64, *DirEntry) {
 // prefix, or the table index when that is zero. Returned entries are shared
 // with the store and must not be modified.
 func (s *Store) KVList(ws watch.Set, prefix string) (uint64, []*DirEntry) {
-	tx := s.read(ws)
-	it, err := tx.Get(tabKVs, "id_prefix", prefix)
-	must(err)
-	ws.Add(it.WatchCh())
+	tx := s.readPrefix(ws, prefix)
 	var out []*DirEntry
 	var max uint64
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		e := raw.(*DirEntry)
+	kvTableOf(tx).Entries.prefix(prefix, func(e *DirEntry) bool {
 		out = append(out, e)
 		max = maxU(max, e.ModifyIndex)
-	}
+		return true
+	})
 	return s.prefixIndex(tx, prefix, max), out
+}
+
+// readPrefix is read for a listing of prefix: it adds the prefix's watch
+// channel to ws first (see kvWatch).
+func (s *Store) readPrefix(ws watch.Set, prefix string) *memdb.Txn {
+	if ws != nil {
+		ws.Add(s.kw.prefix(prefix))
+	}
+	return s.read(ws)
 }
 
 func (s *Store) prefixIndex(tx *memdb.Txn, prefix string, max uint64) uint64 {
@@ -306,14 +306,10 @@ func (s *Store) prefixIndex(tx *memdb.Txn, prefix string, max uint64) uint64 {
 // the first separator that follows the prefix and duplicates are folded,
 // like a directory listing.
 func (s *Store) KVKeys(ws watch.Set, prefix, sep string) (uint64, []string) {
-	tx := s.read(ws)
-	it, err := tx.Get(tabKVs, "id_prefix", prefix)
-	must(err)
-	ws.Add(it.WatchCh())
+	tx := s.readPrefix(ws, prefix)
 	var out []string
 	var max uint64
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		e := raw.(*DirEntry)
+	kvTableOf(tx).Entries.prefix(prefix, func(e *DirEntry) bool {
 		max = maxU(max, e.ModifyIndex)
 		k := e.Key
 		if sep != "" {
@@ -321,11 +317,11 @@ func (s *Store) KVKeys(ws watch.Set, prefix, sep string) (uint64, []string) {
 				k = k[:len(prefix)+i+len(sep)]
 			}
 		}
-		if n := len(out); n > 0 && out[n-1] == k {
-			continue
+		if n := len(out); n == 0 || out[n-1] != k {
+			out = append(out, k)
 		}
-		out = append(out, k)
-	}
+		return true
+	})
 	return s.prefixIndex(tx, prefix, max), out
 }
 

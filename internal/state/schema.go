@@ -220,8 +220,7 @@ func schema() *memdb.DBSchema {
 	}
 	tables := []*memdb.TableSchema{
 		t(tabIndex, idIndex(strField[indexEntry]{func(e *indexEntry) string { return e.Key }})),
-		t(tabKVs, idIndex(strField[DirEntry]{func(e *DirEntry) string { return e.Key }}),
-			optIndex("session", strField[DirEntry]{func(e *DirEntry) string { return e.Session }})),
+		t(tabKVs, idIndex(kvTableIndex{})),
 		t(tabTombstones, idIndex(str("Key"))),
 		t(tabDelays, idIndex(str("Key"))),
 		t(tabSessions, idIndex(sessionTableIndex{})),

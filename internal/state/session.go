@@ -294,12 +294,12 @@ func (tx *wtx) invalidate(id string) {
 	tx.Defer(row.invalidated)
 	tx.bump(tabSessions)
 
-	it, err := tx.Get(tabKVs, "session", id)
-	must(err)
 	var held []*DirEntry
-	for r := it.Next(); r != nil; r = it.Next() {
-		held = append(held, r.(*DirEntry))
-	}
+	kv := tx.kvt()
+	kv.Held.prefix(heldPrefix(id), func(h heldKey) bool {
+		held = append(held, kv.Entries.get(string(h)[len(id)+1:]))
+		return true
+	})
 	for _, e := range held {
 		switch sess.Behavior {
 		case BehaviorDelete:
@@ -308,7 +308,7 @@ func (tx *wtx) invalidate(id string) {
 			ent := *e
 			ent.Session = ""
 			ent.ModifyIndex = tx.idx
-			must(tx.Insert(tabKVs, &ent))
+			tx.kvStore(&ent, e)
 			tx.bump(tabKVs)
 		}
 		tx.setLockDelay(e.Key, sess.LockDelay)

@@ -61,11 +61,38 @@ func (sn *Snapshot) Persist(w io.Writer) error {
 			}
 			continue
 		}
+		if t == tabKVs {
+			// One record per entry, likewise (see kvTable).
+			var err error
+			kvTableOf(sn.tx).Entries.each(func(e *DirEntry) bool {
+				err = put(t, e)
+				return err == nil
+			})
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		// The kvs table's index lives in its object; it is written as an
+		// index record, in key order, as when the index table held it.
+		var kvIndex *indexEntry
+		if idx := kvTableOf(sn.tx).Index; t == tabIndex && idx != 0 {
+			kvIndex = &indexEntry{Key: tabKVs, Value: idx}
+		}
 		it, err := sn.tx.Get(t, "id")
 		if err != nil {
 			return err
 		}
-		for r := it.Next(); r != nil; r = it.Next() {
+		for r := it.Next(); ; r = it.Next() {
+			if kvIndex != nil && (r == nil || r.(*indexEntry).Key > tabKVs) {
+				if err := put(t, kvIndex); err != nil {
+					return err
+				}
+				kvIndex = nil
+			}
+			if r == nil {
+				break
+			}
 			if err := put(t, r); err != nil {
 				return err
 			}
@@ -111,6 +138,8 @@ func Restore(r io.Reader) (*Store, error) {
 	s := New()
 	tx := s.db.Txn(true)
 	defer tx.Abort()
+	var kv kvTable
+	own := newOwner()
 	for {
 		var rec record
 		if err := dec.Decode(&rec); errors.Is(err, io.EOF) {
@@ -125,17 +154,38 @@ func Restore(r io.Reader) (*Store, error) {
 		if err := json.Unmarshal(rec.V, obj); err != nil {
 			return nil, fmt.Errorf("state: decoding %s record: %w", rec.T, err)
 		}
-		if sess, ok := obj.(*Session); ok {
-			err = restoreSession(tx, sess)
-		} else {
+		switch o := obj.(type) {
+		case *Session:
+			err = restoreSession(tx, o)
+		case *DirEntry:
+			err = restoreKV(&kv, o, own)
+		case *indexEntry:
+			if o.Key == tabKVs {
+				kv.Index = o.Value
+			} else {
+				err = tx.Insert(rec.T, obj)
+			}
+		default:
 			err = tx.Insert(rec.T, obj)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("state: restoring %s: %w", rec.T, err)
 		}
 	}
+	if kv.Entries.Len() > 0 || kv.Index != 0 {
+		must(tx.Insert(tabKVs, &kv))
+	}
 	tx.Commit()
 	return s, nil
+}
+
+// restoreKV adds a snapshot's KV entry to kv.
+func restoreKV(kv *kvTable, e *DirEntry, own uint64) error {
+	if e.Key == "" {
+		return fmt.Errorf("KV entry has no key")
+	}
+	kv.put(e, kv.Entries.get(e.Key), own)
+	return nil
 }
 
 // Reap drops tombstones at or below upTo and lock-delays that ended by now.

@@ -46,6 +46,7 @@ func (e *kindError) Unwrap() error { return e.kind }
 type Store struct {
 	db      *memdb.MemDB
 	abandon chan struct{}
+	kw      *kvWatch
 }
 
 // New returns an empty store.
@@ -54,7 +55,7 @@ func New() *Store {
 	if err != nil {
 		panic(fmt.Sprintf("state: bad schema: %v", err)) // a programming error
 	}
-	return &Store{db: db, abandon: make(chan struct{})}
+	return &Store{db: db, abandon: make(chan struct{}), kw: new(kvWatch)}
 }
 
 // AbandonCh is closed when this store is replaced by a snapshot restore;
@@ -74,14 +75,29 @@ type wtx struct {
 	// hundreds of KV writes updates the kvs entry once, not per write.
 	// (Table indexes are only read by read transactions.)
 	bumps []indexEntry
+	// kv is the working kvTable (nil until the transaction touches KV),
+	// kvOwn its owner mark, kvDirty whether a write changed it, kvFire the keys written, whose
+	// watchers kw wakes after Commit.
+	kv      *kvTable
+	kvOwn   uint64 // marks the nodes of kv this transaction made (cowTree.withOwned)
+	kvDirty bool
+	kvFire  []string
+	kw      *kvWatch
 }
 
 func (s *Store) write(idx uint64, now time.Time) *wtx {
-	return &wtx{Txn: s.db.Txn(true), idx: idx, now: now}
+	return &wtx{Txn: s.db.Txn(true), idx: idx, now: now, kw: s.kw}
 }
 
 // bump records that table changed at the transaction's index.
 func (tx *wtx) bump(table string) {
+	if table == tabKVs {
+		// The kvs table keeps its index in its one object (kvTable.Index),
+		// which a KV write replaces anyway.
+		tx.kvt().Index = tx.idx
+		tx.kvDirty = true
+		return
+	}
 	for i := range tx.bumps {
 		if tx.bumps[i].Key == table {
 			tx.bumps[i].Value = tx.idx
@@ -98,7 +114,9 @@ func (tx *wtx) Commit() {
 		must(tx.Insert(tabIndex, &e))
 	}
 	tx.bumps = nil
+	tx.kvCommit()
 	tx.Txn.Commit()
+	tx.kvNotify()
 }
 
 // must panics on a memdb error: with a fixed schema they only come from
@@ -112,6 +130,10 @@ func must(err error) {
 func tableIndex(tx *memdb.Txn, tables ...string) uint64 {
 	var max uint64
 	for _, t := range tables {
+		if t == tabKVs {
+			max = maxU(max, kvTableOf(tx).Index)
+			continue
+		}
 		raw, err := tx.First(tabIndex, "id", t)
 		must(err)
 		if raw != nil {

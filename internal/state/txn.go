@@ -74,13 +74,12 @@ func (tx *wtx) txnKV(req *KVRequest) ([]*TxnResult, error) {
 		c := *cur
 		return []*TxnResult{{KV: &c}}, nil
 	case OpGetTree:
-		it, err := tx.Get(tabKVs, "id_prefix", key)
-		must(err)
 		var out []*TxnResult
-		for r := it.Next(); r != nil; r = it.Next() {
-			c := *r.(*DirEntry)
+		tx.kvt().Entries.prefix(key, func(e *DirEntry) bool {
+			c := *e
 			out = append(out, &TxnResult{KV: &c})
-		}
+			return true
+		})
 		return out, nil
 	case OpCheckIndex:
 		if cur == nil {

@@ -10,8 +10,8 @@ import (
 )
 
 // fired reports, without waiting, whether any channel of ws is closed.
-// memdb closes the channels of a write inside Commit, so once a write
-// method has returned its wake-ups have already happened.
+// A write closes its channels inside Commit, so once a write method has
+// returned its wake-ups have already happened.
 func fired(ws watch.Set) bool {
 	for ch := range ws {
 		select {
@@ -73,6 +73,10 @@ func TestWatchKVGet(t *testing.T) {
 	expect("release by invalidation", ws, true)
 
 	ws = arm("missing")
+	f.set("missin", "x")
+	f.set("missing/child", "x")
+	f.set("missing2", "x")
+	expect("writes next to a missing key", ws, false)
 	f.set("missing", "now")
 	expect("creation of a missing key", ws, true)
 
@@ -104,16 +108,18 @@ func TestWatchKVListPrefix(t *testing.T) {
 			}
 			return ws
 		}
-		// Only writes far from the prefix are promised not to wake it: a
-		// write that splits a radix node on the prefix's path (say "ab"
-		// next to "a/x") may wake it spuriously, which blocking readers
-		// absorb by re-checking the index.
+		// A write wakes exactly the watches of its key and of the watched
+		// prefixes of its key (up to a collision of their slots in
+		// kvWatch, which these keys do not have, and blocking readers
+		// absorb by re-checking the index).
 		writes := []struct {
 			name string
 			do   func()
 			want bool
 		}{
 			{"write outside the prefix", func() { f.set("b/y", f.now.String()) }, false},
+			{"write next to the prefix", func() { f.set("ab", f.now.String()) }, false},
+			{"write to the prefix's parent", func() { f.set("a", f.now.String()) }, false},
 			{"new key under the prefix", func() { f.set("a/new"+f.now.String(), "1") }, true},
 			{"change under the prefix", func() { f.set("a/x", f.now.String()) }, true},
 			{"delete under the prefix", func() { f.mustKVS(state.OpDelete, state.DirEntry{Key: "a/x"}, true) }, true},

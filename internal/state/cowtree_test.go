@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 )
@@ -38,8 +39,8 @@ func checkSet(t *testing.T, s sessionSet, ids []string) {
 		return
 	}
 	leafDepth := -1
-	var walk func(n *setNode, depth int, root bool) int
-	walk = func(n *setNode, depth int, root bool) int {
+	var walk func(n *treeNode[*storedSession], depth int, root bool) int
+	walk = func(n *treeNode[*storedSession], depth int, root bool) int {
 		if n.size() == 0 || n.size() > setMax {
 			t.Fatalf("node of size %d", n.size())
 		}
@@ -97,14 +98,22 @@ func TestSessionSetAgainstModel(t *testing.T) {
 				return ids
 			}
 			span := 3000
+			// Writes run as a writer owning its new nodes (withOwned) for
+			// runs of random length, as a transaction does, and publish
+			// (take a new owner) before a version is kept; seed 1 writes
+			// without an owner throughout.
+			var own uint64
 			for step := range 30000 {
 				if step == 15000 {
 					span = 200 // shrink: exercise merges and root collapse
 				}
+				if seed != 1 && r.IntN(40) == 0 {
+					own = newOwner()
+				}
 				id := fmt.Sprintf("%04d", r.IntN(span))
 				if r.IntN(10) < 5 && step < 15000 || r.IntN(10) < 2 {
 					x := sess(id)
-					s = s.with(x)
+					s = s.withOwned(x, own)
 					model[id] = true
 					if s.get(id) != x {
 						t.Fatalf("step %d: with(%s) did not replace", step, id)
@@ -120,6 +129,9 @@ func TestSessionSetAgainstModel(t *testing.T) {
 				if step%997 == 0 {
 					checkSet(t, s, sorted())
 					old = append(old, version{s, sorted()})
+					if own != 0 {
+						own = newOwner() // published: its nodes are frozen
+					}
 				}
 			}
 			// Empty it completely.
@@ -346,5 +358,38 @@ func TestBindingsFollowSessions(t *testing.T) {
 	checkBindings(t, s)
 	if most < 30 {
 		t.Fatalf("at most %d sessions at once: the test exercises too little", most)
+	}
+}
+
+func TestCowTreePrefix(t *testing.T) {
+	var s sessionSet
+	var all []string
+	for i := range 3000 {
+		id := fmt.Sprintf("%d", i)
+		s = s.withOwned(sess(id), 7)
+		all = append(all, id)
+	}
+	sort.Strings(all)
+	for _, p := range []string{"", "1", "12", "299", "2999", "3000", "9", "99", "a", "0"} {
+		var want, got []string
+		for _, id := range all {
+			if strings.HasPrefix(id, p) {
+				want = append(want, id)
+			}
+		}
+		s.prefix(p, func(x *storedSession) bool { got = append(got, x.ID); return true })
+		if !slices.Equal(got, want) {
+			t.Fatalf("prefix(%q) = %d items, want %d", p, len(got), len(want))
+		}
+	}
+	n := 0
+	s.prefix("1", func(*storedSession) bool { n++; return n < 5 })
+	if n != 5 {
+		t.Fatalf("prefix visited %d after stopping at 5", n)
+	}
+	var from []string
+	s.ascend("2995", func(x *storedSession) bool { from = append(from, x.ID); return true })
+	if want := all[sort.SearchStrings(all, "2995"):]; !slices.Equal(from, want) {
+		t.Fatalf("ascend(2995) = %v, want %v", from, want)
 	}
 }
