@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -239,9 +240,7 @@ func (w *response) finish() error {
 // and the blank line.
 func (w *response) finishHead(b []byte) []byte {
 	if !w.hasDate {
-		b = append(b, "Date: "...)
-		b = time.Now().UTC().AppendFormat(b, http.TimeFormat)
-		b = append(b, "\r\n"...)
+		b = appendDate(b, time.Now())
 	}
 	if w.sniff && len(w.buf) > 0 && bodyAllowed(w.status) {
 		b = append(b, "Content-Type: "...)
@@ -301,4 +300,27 @@ func (a *appender) Write(p []byte) (int, error) {
 func (a *appender) WriteString(s string) (int, error) {
 	*a.b = append(*a.b, s...)
 	return len(s), nil
+}
+
+// dateLine is a formatted "Date: ...\r\n" header line and the second it
+// shows.
+type dateLine struct {
+	sec  int64
+	line []byte
+}
+
+// lastDate is the Date line of the last answer: answers in the same second
+// share it instead of formatting the time again.
+var lastDate atomic.Pointer[dateLine]
+
+// appendDate appends the Date header line for now.
+func appendDate(b []byte, now time.Time) []byte {
+	sec := now.Unix()
+	if d := lastDate.Load(); d != nil && d.sec == sec {
+		return append(b, d.line...)
+	}
+	line := append([]byte("Date: "), now.UTC().AppendFormat(nil, http.TimeFormat)...)
+	line = append(line, "\r\n"...)
+	lastDate.Store(&dateLine{sec: sec, line: line})
+	return append(b, line...)
 }

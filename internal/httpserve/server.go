@@ -309,7 +309,8 @@ func (c *conn) serveOne() bool {
 		expect = req.ProtoAtLeast(1, 1)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := new(reqCtx)
+	cancel := ctx.cancel
 	req = req.WithContext(ctx)
 	clear(c.hdr)
 	w := &response{c: c, req: req, cancel: cancel, hdr: c.hdr, declared: -1, isHead: req.Method == http.MethodHead}

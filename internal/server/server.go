@@ -111,10 +111,17 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
+// maxAppendEntries is raft's MaxAppendEntries: the most log entries in
+// one batch, and the size of the apply channel.
+const maxAppendEntries = 512
+
 // Server is one holdfast server: a raft member with the state machine, and
 // while it leads, the owner of session timers and the other leader duties.
 // Its methods implement httpapi.Backend and are safe for concurrent use.
 type Server struct {
+	// applying counts the calls of applyCommand in flight.
+	applying atomic.Int64
+
 	cfg    Config
 	log    hclog.Logger
 	clk    clock.Clock
@@ -178,7 +185,7 @@ func New(cfg Config) (*Server, error) {
 	rc.LocalID = raft.ServerID(cfg.NodeName)
 	rc.Logger = cfg.Logger.Named("raft")
 	rc.BatchApplyCh = true
-	rc.MaxAppendEntries = 512
+	rc.MaxAppendEntries = maxAppendEntries
 	rc.SnapshotThreshold = 16384
 	rc.TrailingLogs = 10240
 	rc.HeartbeatTimeout = 500 * time.Millisecond
@@ -295,7 +302,17 @@ func (s *Server) apply(t fsm.Type, body interface{}) (*fsm.Result, error) {
 // applyCommand commits an encoded command through raft and returns the
 // state machine's result.
 func (s *Server) applyCommand(b []byte) (*fsm.Result, error) {
-	f := s.raft.Apply(b, s.cfg.ApplyTimeout)
+	// raft.Apply arms a timer for its timeout on every call, only to bound
+	// the wait for room in its apply channel, which BatchApplyCh buffers to
+	// MaxAppendEntries. While at most half that many applies are in flight
+	// (the other half is headroom for Barrier, which shares the channel),
+	// there is room and the timer could never fire, so none is armed.
+	timeout := s.cfg.ApplyTimeout
+	if s.applying.Add(1) <= maxAppendEntries/2 {
+		timeout = 0
+	}
+	defer s.applying.Add(-1)
+	f := s.raft.Apply(b, timeout)
 	if err := f.Error(); err != nil {
 		switch {
 		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
