@@ -1,6 +1,5 @@
-// Package httpserve serves HTTP/1.1 with net/http's own request parser,
-// types and handlers, but runs each exchange start to finish on its
-// connection's goroutine.
+// Package httpserve serves HTTP/1.1 with net/http's types and handlers,
+// but runs each exchange start to finish on its connection's goroutine.
 //
 // net/http's Server is general: for every request it starts a goroutine
 // that reads ahead on the connection (to notice a client that goes away),
@@ -13,7 +12,10 @@
 // What a connection does, in order:
 //   - waits for the first byte of a request with no deadline (or
 //     IdleTimeout), then gives the whole header ReadHeaderTimeout;
-//   - parses it with http.ReadRequest, refusing a header over
+//   - parses it: a request of the usual shape, fully buffered, by a
+//     parser of its own that gives what http.ReadRequest gives
+//     (FuzzFastRequest checks it against ReadRequest), and anything else
+//     by http.ReadRequest; refusing a header over
 //     MaxHeaderBytes (431), an unparsable request (400), a missing Host on
 //     HTTP/1.1 (400), another major version (505) and an Expect other than
 //     100-continue (417);

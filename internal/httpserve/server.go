@@ -271,7 +271,7 @@ func (c *conn) serveOne() bool {
 	} else if s.IdleTimeout > 0 {
 		c.nc.SetReadDeadline(time.Time{})
 	}
-	req, err := http.ReadRequest(c.br)
+	req, err := readRequest(c.br)
 	c.cr.limit = -1
 	if s.ReadHeaderTimeout > 0 {
 		c.nc.SetReadDeadline(time.Time{})
@@ -292,7 +292,7 @@ func (c *conn) serveOne() bool {
 		return false
 	}
 	if req.ProtoAtLeast(1, 1) && req.Host == "" {
-		// http.ReadRequest has taken the header into req.Host.
+		// The parser has taken the header into req.Host.
 		c.writeError(req, http.StatusBadRequest, "an HTTP/1.1 request needs a Host header")
 		return false
 	}
@@ -496,7 +496,7 @@ func (cr *connReader) Read(p []byte) (int, error) {
 // after the handler whether to discard it or close the connection.
 type requestBody struct {
 	c      *conn
-	r      io.ReadCloser // http.ReadRequest's body
+	r      io.ReadCloser // the parser's body
 	expect bool          // the client waits for "100 Continue"
 	sent   bool
 	closed bool
