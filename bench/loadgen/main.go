@@ -14,6 +14,7 @@ import (
 	"math/rand"
 	"net/http/httptrace"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,8 +36,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Target, "name", "holdfast", "target name printed in the result")
 	fs.StringVar(&lockClient, "lock-client", "consul", "lock-contend: consul (every waiter races an acquire on each release, as Consul's Go client does) or recipe (holdfast's fair queue, api/recipe.Lock)")
 	fs.StringVar(&transport, "transport", "holdfast", "client transport: holdfast (api.Transport, what holdfast's Go client uses) or stdlib (net/http's Transport, what Consul's Go client uses)")
+	cpuProfile := fs.String("cpuprofile", "", "write the load generator's own CPU profile to this file (for go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "loadgen:", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "loadgen:", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if lockClient != "consul" && lockClient != "recipe" {
 		fmt.Fprintln(stderr, "loadgen: -lock-client must be consul or recipe")
