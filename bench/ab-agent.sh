@@ -5,21 +5,27 @@
 # every result line and then the median rate and server CPU per operation
 # of each side.
 #
-#   bench/ab-agent.sh [-w put,get-consistent] [-r 6] [-d 8s] -- 'AGENT FLAGS A' 'AGENT FLAGS B'
+#   bench/ab-agent.sh [-w put,get-consistent] [-r 6] [-d 8s] [-a REV] -- 'AGENT FLAGS A' 'AGENT FLAGS B'
 #
-# Example (the HTTP server loop, bench/README.md):
+# With -a REV, side A runs the agent built from git revision REV and side B
+# the one built from the working tree: a before/after comparison of a code
+# change (the flags may then be the same, or both empty).
+#
+# Examples (bench/README.md):
 #
 #   bench/ab-agent.sh -w put -r 6 -- '-http-server stdlib' '-http-server holdfast'
+#   bench/ab-agent.sh -w put,get-consistent -r 6 -a a54365c -- '' ''
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
 
-WORKLOADS=put RUNS=6 DURATION=8s
-while getopts "w:r:d:" o; do
+WORKLOADS=put RUNS=6 DURATION=8s REV=
+while getopts "w:r:d:a:" o; do
 	case $o in
 	w) WORKLOADS=$OPTARG ;;
 	r) RUNS=$OPTARG ;;
 	d) DURATION=$OPTARG ;;
+	a) REV=$OPTARG ;;
 	*) exit 2 ;;
 	esac
 done
@@ -40,6 +46,17 @@ cleanup() {
 trap cleanup EXIT
 go build -o "$TMP/holdfast" ./cmd/holdfast
 go build -o "$TMP/loadgen" ./bench/loadgen
+BINS=("$TMP/holdfast" "$TMP/holdfast")
+if [[ -n $REV ]]; then
+	git worktree add -q --detach "$TMP/rev" "$REV"
+	(cd "$TMP/rev" && go build -o "$TMP/holdfast-rev" ./cmd/holdfast)
+	git worktree remove --force "$TMP/rev"
+	BINS[0]="$TMP/holdfast-rev"
+fi
+LABELS=("${SIDES[0]}" "${SIDES[1]}")
+if [[ -n $REV ]]; then
+	LABELS=("$REV: ${SIDES[0]}" "working tree: ${SIDES[1]}")
+fi
 ADDR=127.0.0.1:18500
 
 IFS=, read -r -a wl <<<"$WORKLOADS"
@@ -48,7 +65,7 @@ for w in "${wl[@]}"; do
 		for s in 0 1; do
 			rm -rf "$TMP/data"
 			# shellcheck disable=SC2086 # the side's flags are split on purpose
-			"$TMP/holdfast" agent -data-dir "$TMP/data" -node ab -http-addr "$ADDR" \
+			"${BINS[$s]}" agent -data-dir "$TMP/data" -node ab -http-addr "$ADDR" \
 				-server-addr 127.0.0.1:18300 -serf-addr 127.0.0.1:0 -log-level warn ${SIDES[$s]} \
 				>"$TMP/agent.log" 2>&1 &
 			PID=$!
@@ -64,21 +81,22 @@ for w in "${wl[@]}"; do
 done | tee "$TMP/lines"
 
 echo
-printf '%-16s %-28s %10s %14s\n' workload side "rate/s" "cpu us/op"
+printf '%-16s %-28s %10s %14s %9s %9s\n' workload side "rate/s" "cpu us/op" "p50 ms" "p99 ms"
 for w in "${wl[@]}"; do
 	for s in 0 1; do
 		awk -v w="$w" -v s="$s" '
 			{ delete f; for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] } }
 			f["workload"] == w && f["side"] == s {
 				n++; rate[n] = f["rate"] + 0; cpu[n] = f["cpu_pct"] * 1e4 / f["rate"]
+				p50[n] = f["p50_ms"] + 0; p99[n] = f["p99_ms"] + 0
 			}
 			function median(a, n,   i, j, t) {
 				for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
 				return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
 			}
-			END { if (n) printf "%.0f %.1f\n", median(rate, n), median(cpu, n) }
-		' "$TMP/lines" | while read -r rate cpu; do
-			printf '%-16s %-28s %10s %14s\n' "$w" "'${SIDES[$s]}'" "$rate" "$cpu"
+			END { if (n) printf "%.0f %.1f %.3f %.3f\n", median(rate, n), median(cpu, n), median(p50, n), median(p99, n) }
+		' "$TMP/lines" | while read -r rate cpu p50 p99; do
+			printf '%-16s %-28s %10s %14s %9s %9s\n' "$w" "'${LABELS[$s]}'" "$rate" "$cpu" "$p50" "$p99"
 		done
 	done
 done

@@ -2,9 +2,11 @@
 // index has not passed the caller's, the goroutine parks on the watch
 // channels the read registered until one of them fires or the wait runs out.
 //
-// The channels come from go-memdb: each radix node the read touched closes
-// its channel when anything below it changes, and a fresh channel replaces it
-// (close-and-replace), so a wake-up is cheap and precise.
+// The channels come from the state store: go-memdb's for most tables (each
+// radix node the read touched closes its channel when anything below it
+// changes, and a fresh channel replaces it), and the store's own for KV
+// keys and prefixes and for sessions. Either way a wake-up is a closed
+// channel, cheap and specific to what the read looked at.
 package watch
 
 import (
