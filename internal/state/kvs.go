@@ -254,10 +254,10 @@ func (s *Store) KVGet(ws watch.Set, key string) (uint64, *DirEntry) {
 	if ws != nil {
 		ws.Add(s.kw.key(key)) // before the read: see kvWatch
 	}
-	tx := s.read(ws)
-	e := kvTableOf(tx).Entries.get(key)
+	kv := kvTableOf(s.read(ws))
+	e := kv.Entries.get(key)
 	if e == nil {
-		return tableIndex(tx, tabKVs), nil
+		return kv.Index, nil
 	}
 	return e.ModifyIndex, e
 }
@@ -268,14 +268,15 @@ func (s *Store) KVGet(ws watch.Set, key string) (uint64, *DirEntry) {
 // with the store and must not be modified.
 func (s *Store) KVList(ws watch.Set, prefix string) (uint64, []*DirEntry) {
 	tx := s.readPrefix(ws, prefix)
+	kv := kvTableOf(tx)
 	var out []*DirEntry
 	var max uint64
-	kvTableOf(tx).Entries.prefix(prefix, func(e *DirEntry) bool {
+	kv.Entries.prefix(prefix, func(e *DirEntry) bool {
 		out = append(out, e)
 		max = maxU(max, e.ModifyIndex)
 		return true
 	})
-	return s.prefixIndex(tx, prefix, max), out
+	return prefixIndex(tx, &kv, prefix, max), out
 }
 
 // readPrefix is read for a listing of prefix: it adds the prefix's watch
@@ -287,9 +288,11 @@ func (s *Store) readPrefix(ws watch.Set, prefix string) *memdb.Txn {
 	return s.read(ws)
 }
 
-func (s *Store) prefixIndex(tx *memdb.Txn, prefix string, max uint64) uint64 {
+// prefixIndex is the index of a listing of prefix in kv, the kvTable of
+// tx, whose entries' highest ModifyIndex is max.
+func prefixIndex(tx *memdb.Txn, kv *kvTable, prefix string, max uint64) uint64 {
 	if prefix == "" {
-		return tableIndex(tx, tabKVs)
+		return kv.Index
 	}
 	it, err := tx.Get(tabTombstones, "id_prefix", prefix)
 	must(err)
@@ -297,7 +300,7 @@ func (s *Store) prefixIndex(tx *memdb.Txn, prefix string, max uint64) uint64 {
 		max = maxU(max, raw.(*tombstone).Index)
 	}
 	if max == 0 {
-		return tableIndex(tx, tabKVs)
+		return kv.Index
 	}
 	return max
 }
@@ -307,9 +310,10 @@ func (s *Store) prefixIndex(tx *memdb.Txn, prefix string, max uint64) uint64 {
 // like a directory listing.
 func (s *Store) KVKeys(ws watch.Set, prefix, sep string) (uint64, []string) {
 	tx := s.readPrefix(ws, prefix)
+	kv := kvTableOf(tx)
 	var out []string
 	var max uint64
-	kvTableOf(tx).Entries.prefix(prefix, func(e *DirEntry) bool {
+	kv.Entries.prefix(prefix, func(e *DirEntry) bool {
 		max = maxU(max, e.ModifyIndex)
 		k := e.Key
 		if sep != "" {
@@ -322,7 +326,7 @@ func (s *Store) KVKeys(ws watch.Set, prefix, sep string) (uint64, []string) {
 		}
 		return true
 	})
-	return s.prefixIndex(tx, prefix, max), out
+	return prefixIndex(tx, &kv, prefix, max), out
 }
 
 // KVLockDelay returns when the lock-delay on key ends (the zero time if

@@ -72,14 +72,16 @@ type wtx struct {
 	now time.Time
 	// bumps are the tables changed so far and the last index that changed
 	// each, written to the index table once, at Commit: a batch of
-	// hundreds of KV writes updates the kvs entry once, not per write.
-	// (Table indexes are only read by read transactions.)
+	// hundreds of session writes updates the sessions entry once, not per
+	// write. (Table indexes are only read by read transactions; the kvs
+	// table keeps its own, see bump.)
 	bumps []indexEntry
 	// kv is the working kvTable (nil until the transaction touches KV),
-	// kvOwn its owner mark, kvDirty whether a write changed it, kvFire the keys written, whose
+	// kvOwn the mark of the nodes it made (cowTree.withOwned), kvDirty
+	// whether a write changed it, and kvFire the keys written, whose
 	// watchers kw wakes after Commit.
 	kv      *kvTable
-	kvOwn   uint64 // marks the nodes of kv this transaction made (cowTree.withOwned)
+	kvOwn   uint64
 	kvDirty bool
 	kvFire  []string
 	kw      *kvWatch
