@@ -1,7 +1,6 @@
 package state
 
 import (
-	"fmt"
 	"math/bits"
 	"sync/atomic"
 
@@ -42,28 +41,6 @@ func (h heldKey) treeKey() string { return string(h) }
 func heldBy(session, key string) heldKey { return heldKey(session + "\x00" + key) }
 
 func heldPrefix(session string) string { return session + "\x00" }
-
-// kvTableKey is the kvs table's only key.
-var kvTableKey = []byte{'k'}
-
-// kvTableIndex keys the one kvTable; FromArgs takes no argument.
-type kvTableIndex struct{}
-
-// FromObject implements memdb.SingleIndexer.
-func (kvTableIndex) FromObject(raw interface{}) (bool, []byte, error) {
-	if _, ok := raw.(*kvTable); !ok {
-		return false, nil, fmt.Errorf("state: kvs index on %T", raw)
-	}
-	return true, kvTableKey, nil
-}
-
-// FromArgs implements memdb.Indexer.
-func (kvTableIndex) FromArgs(args ...interface{}) ([]byte, error) {
-	if len(args) != 0 {
-		return nil, fmt.Errorf("state: the kvs table has one object and takes no key")
-	}
-	return kvTableKey, nil
-}
 
 // kvTableOf returns the kvTable of tx (empty if there is none yet).
 func kvTableOf(tx *memdb.Txn) kvTable {

@@ -122,26 +122,25 @@ type sessionTable struct {
 	Sessions sessionSet
 }
 
-// sessionTableKey is the sessions table's only key.
-var sessionTableKey = []byte{'s'}
-
-// sessionTableIndex keys the one sessionTable; FromArgs takes no argument.
-type sessionTableIndex struct{}
+// oneObject keys the one object of a table that holds a single object of
+// type T (sessionTable, kvTable): every object has key, and FromArgs
+// takes no argument.
+type oneObject[T any] struct{ key []byte }
 
 // FromObject implements memdb.SingleIndexer.
-func (sessionTableIndex) FromObject(raw interface{}) (bool, []byte, error) {
-	if _, ok := raw.(*sessionTable); !ok {
-		return false, nil, fmt.Errorf("state: sessions index on %T", raw)
+func (ix oneObject[T]) FromObject(raw interface{}) (bool, []byte, error) {
+	if _, ok := raw.(*T); !ok {
+		return false, nil, fmt.Errorf("state: index of %T on %T", new(T), raw)
 	}
-	return true, sessionTableKey, nil
+	return true, ix.key, nil
 }
 
 // FromArgs implements memdb.Indexer.
-func (sessionTableIndex) FromArgs(args ...interface{}) ([]byte, error) {
+func (ix oneObject[T]) FromArgs(args ...interface{}) ([]byte, error) {
 	if len(args) != 0 {
-		return nil, fmt.Errorf("state: the sessions table has one object and takes no key")
+		return nil, fmt.Errorf("state: the table of %T has one object and takes no key", new(T))
 	}
-	return sessionTableKey, nil
+	return ix.key, nil
 }
 
 func str(field string) memdb.Indexer { return &memdb.StringFieldIndex{Field: field} }
@@ -220,10 +219,10 @@ func schema() *memdb.DBSchema {
 	}
 	tables := []*memdb.TableSchema{
 		t(tabIndex, idIndex(strField[indexEntry]{func(e *indexEntry) string { return e.Key }})),
-		t(tabKVs, idIndex(kvTableIndex{})),
+		t(tabKVs, idIndex(oneObject[kvTable]{[]byte{'k'}})),
 		t(tabTombstones, idIndex(str("Key"))),
 		t(tabDelays, idIndex(str("Key"))),
-		t(tabSessions, idIndex(sessionTableIndex{})),
+		t(tabSessions, idIndex(oneObject[sessionTable]{[]byte{'s'}})),
 		t(tabBindings, idIndex(bindingIndex{})),
 		t(tabNodes, idIndex(str("Node"))),
 		t(tabServices, idIndex(compound("Node", "ID")),
