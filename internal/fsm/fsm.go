@@ -39,6 +39,7 @@ const (
 	TypeQuerySet       Type = 8  // state.PreparedQuery
 	TypeQueryDelete    Type = 9  // QueryDelete
 	TypeKVSBinary      Type = 10 // state.KVRequest, binary (EncodeKVS)
+	TypeTxnBinary      Type = 11 // []*state.TxnOp, binary (EncodeTxn)
 )
 
 // SessionDestroy is the body of TypeSessionDestroy.
@@ -137,7 +138,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		}
 		t, now, body := envelope(l)
 		switch t {
-		case TypeRegister, TypeTxn:
+		case TypeRegister, TypeTxn, TypeTxnBinary:
 			flush()
 			out[i] = Dispatch(st, l.Index, now, t, body)
 		default:
@@ -206,6 +207,14 @@ func dispatchBatch(b *state.Batch, idx uint64, now time.Time, t Type, body []byt
 	panic(fmt.Sprintf("fsm: unknown command type %d at index %d", t, idx))
 }
 
+// DispatchCommand applies one encoded command (as Encode, EncodeKVS or
+// EncodeTxn build it) to s, as log entry idx. It is exported for tests that
+// drive a store without raft.
+func DispatchCommand(s *state.Store, idx uint64, data []byte) *Result {
+	t, now, body := envelope(&raft.Log{Index: idx, Data: data})
+	return Dispatch(s, idx, now, t, body)
+}
+
 // Dispatch applies one decoded command to s. It is exported for tests that
 // drive a store without raft.
 func Dispatch(s *state.Store, idx uint64, now time.Time, t Type, body []byte) *Result {
@@ -215,9 +224,13 @@ func Dispatch(s *state.Store, idx uint64, now time.Time, t Type, body []byte) *R
 		decode(body, &req)
 		err := s.Register(idx, now, &req)
 		return &Result{OK: err == nil, Err: err}
-	case TypeTxn:
+	case TypeTxn, TypeTxnBinary:
 		var ops []*state.TxnOp
-		decode(body, &ops)
+		if t == TypeTxnBinary {
+			ops = decodeTxn(idx, body)
+		} else {
+			decode(body, &ops)
+		}
 		res, errs := s.Txn(idx, now, ops)
 		return &Result{OK: len(errs) == 0, TxnResult: res, TxnErrors: errs}
 	}

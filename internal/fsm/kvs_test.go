@@ -56,7 +56,7 @@ func TestEncodeKVSRoundTrip(t *testing.T) {
 }
 
 func TestKVOpCodesInverse(t *testing.T) {
-	if len(kvOpCodes) != 7 {
+	if len(kvOpCodes) != 13 {
 		t.Fatalf("%d codes", len(kvOpCodes))
 	}
 	for op, c := range kvOpCodes {
@@ -242,4 +242,44 @@ func FuzzKVSBinary(f *testing.F) {
 			t.Fatalf("round trip:\n got %+v\nwant %+v", got, *req)
 		}
 	})
+}
+
+func TestEncodeTxnRoundTrip(t *testing.T) {
+	now := time.Unix(1700000000, 5)
+	var ops []*state.TxnOp
+	for op, code := range kvOpCodes {
+		ops = append(ops, &state.TxnOp{KV: &state.KVRequest{Op: op, Entry: state.DirEntry{
+			Key: fmt.Sprint("k", code), Session: "s", LockIndex: uint64(code), ModifyIndex: 1<<64 - 1,
+			Flags: 3, Value: []byte{code}}}})
+	}
+	ops = append(ops, &state.TxnOp{KV: &state.KVRequest{Op: state.OpGetTree, Entry: state.DirEntry{Key: ""}}})
+	data, err := EncodeTxn(now, ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ, at, body := envelope(&raft.Log{Data: data})
+	if typ != TypeTxnBinary || !at.Equal(now) {
+		t.Fatalf("envelope %v %v", typ, at)
+	}
+	if got := decodeTxn(1, body); !reflect.DeepEqual(got, ops) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", got, ops)
+	}
+	// An operation that is not a KV request with a code goes as JSON.
+	for _, bad := range [][]*state.TxnOp{{{}}, {{KV: &state.KVRequest{Op: "later"}}}} {
+		data, err := EncodeTxn(now, append([]*state.TxnOp{ops[0]}, bad...))
+		if err != nil || Type(data[1]) != TypeTxn {
+			t.Fatalf("fallback: type %d, %v", data[1], err)
+		}
+	}
+	// Malformed bodies panic, as an undecodable JSON body does.
+	for _, b := range [][]byte{{}, {1}, {2, body[1]}, {200, 1}, append(append([]byte(nil), body...), 0), body[:len(body)-1]} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatalf("decodeTxn(%v) did not panic", b)
+				}
+			}()
+			decodeTxn(1, b)
+		}()
+	}
 }

@@ -238,7 +238,14 @@ func (s *Server) Txn(ctx context.Context, ops []*state.TxnOp) ([]*state.TxnResul
 	if len(ops) > state.MaxTxnOps {
 		return nil, nil, fmt.Errorf("%w: Transaction contains too many operations (%d > %d)", state.ErrInvalidRequest, len(ops), state.MaxTxnOps)
 	}
-	res, err := s.apply(fsm.TypeTxn, ops)
+	if s.raft.State() != raft.Leader {
+		return nil, nil, ErrNoLeader
+	}
+	b, err := fsm.EncodeTxn(s.clk.Now(), ops)
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := s.applyCommand(b)
 	if err != nil {
 		return nil, nil, err
 	}

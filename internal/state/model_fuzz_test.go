@@ -571,7 +571,19 @@ func (r *runner) step(rd *fzReader) {
 				req.Entry.Session, req.Entry.ModifyIndex, req.Entry.LockIndex)
 		}
 		r.log = append(r.log, fmt.Sprintf("@%d txn [%s]", r.idx+1, strings.Join(descr, "; ")))
-		res := r.apply(fsm.TypeTxn, ops)
+		// Alternately as the JSON command of older logs and as the binary
+		// one the server writes now.
+		var res *fsm.Result
+		if r.idx%2 == 0 {
+			res = r.apply(fsm.TypeTxn, ops)
+		} else {
+			data, err := fsm.EncodeTxn(r.m.now, ops)
+			if err != nil {
+				r.t.Fatal(err)
+			}
+			r.idx++
+			res = fsm.DispatchCommand(r.s, r.idx, data)
+		}
 		c := m.clone()
 		var want []int
 		for i, op := range ops {
