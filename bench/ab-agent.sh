@@ -5,7 +5,10 @@
 # every result line and then the median rate and server CPU per operation
 # of each side.
 #
-#   bench/ab-agent.sh [-w put,get-consistent] [-r 6] [-d 8s] [-a REV] -- 'AGENT FLAGS A' 'AGENT FLAGS B'
+#   bench/ab-agent.sh [-w put,get-consistent] [-r 6] [-d 8s] [-a REV] [-l 'LOADGEN FLAGS'] -- 'AGENT FLAGS A' 'AGENT FLAGS B'
+#
+# -l adds flags to every loadgen run of both sides (e.g. '-lock-client
+# recipe', which compare.sh uses for holdfast's lock-contend).
 #
 # With -a REV, side A runs the agent built from git revision REV and side B
 # the one built from the working tree: a before/after comparison of a code
@@ -19,9 +22,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
 
-WORKLOADS=put RUNS=6 DURATION=8s REV=
-while getopts "w:r:d:a:" o; do
+WORKLOADS=put RUNS=6 DURATION=8s REV= LGFLAGS=
+while getopts "w:r:d:a:l:" o; do
 	case $o in
+	l) LGFLAGS=$OPTARG ;;
 	w) WORKLOADS=$OPTARG ;;
 	r) RUNS=$OPTARG ;;
 	d) DURATION=$OPTARG ;;
@@ -70,8 +74,10 @@ for w in "${wl[@]}"; do
 				>"$TMP/agent.log" 2>&1 &
 			PID=$!
 			"$TMP/loadgen" -addr "$ADDR" -workload ping -duration 30s -quiet >/dev/null
-			"$TMP/loadgen" -addr "$ADDR" -workload "$w" -duration 2s -quiet >/dev/null # warm up
-			line=$("$TMP/loadgen" -addr "$ADDR" -workload "$w" -duration "$DURATION" -pid "$PID" -name "side$s")
+			# shellcheck disable=SC2086 # the loadgen flags are split on purpose
+			"$TMP/loadgen" -addr "$ADDR" -workload "$w" $LGFLAGS -duration 2s -quiet >/dev/null # warm up
+			# shellcheck disable=SC2086
+			line=$("$TMP/loadgen" -addr "$ADDR" -workload "$w" $LGFLAGS -duration "$DURATION" -pid "$PID" -name "side$s")
 			echo "$line side=$s run=$r"
 			kill "$PID"
 			wait "$PID" || true
