@@ -25,11 +25,7 @@ func BenchmarkApplyKVSet(b *testing.B) {
 		}
 		logs[i] = data
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		f.Apply(&raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: logs[i%len(logs)]})
-	}
+	applyAll(b, f, logs)
 }
 
 // BenchmarkApplyKVSetBinary is BenchmarkApplyKVSet with the binary
@@ -46,11 +42,7 @@ func BenchmarkApplyKVSetBinary(b *testing.B) {
 		}
 		logs[i] = data
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		f.Apply(&raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: logs[i%len(logs)]})
-	}
+	applyAll(b, f, logs)
 }
 
 // benchApplyTxn applies transactions shaped like the lock recipe's
@@ -72,11 +64,7 @@ func benchApplyTxn(b *testing.B, enc func(time.Time, []*state.TxnOp) ([]byte, er
 		}
 		logs[i] = data
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		f.Apply(&raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: logs[i%len(logs)]})
-	}
+	applyAll(b, f, logs)
 }
 
 // BenchmarkApplyTxnJSON applies the JSON transaction command (TypeTxn).
@@ -89,3 +77,13 @@ func BenchmarkApplyTxnJSON(b *testing.B) {
 // BenchmarkApplyTxnBinary applies the binary one the server writes
 // (TypeTxnBinary).
 func BenchmarkApplyTxnBinary(b *testing.B) { benchApplyTxn(b, fsm.EncodeTxn) }
+
+// applyAll is the timed part of the apply benchmarks: f applies logs, in
+// turn, b.N times.
+func applyAll(b *testing.B, f *fsm.FSM, logs [][]byte) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		f.Apply(&raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: logs[i%len(logs)]})
+	}
+}
