@@ -44,7 +44,8 @@ usage: bench/compare.sh [options]
   -z N      ZooKeeper sessions (connections) for sessions-keepalive, 0 = skip (default: $ZK_SESSIONS)
   -o FILE   also append every raw result line to FILE
   -n        do not install missing packages
-  -R FILE   only print the table for result lines saved earlier with -o
+  -R FILES  only print the table for result lines saved earlier with -o;
+            several comma-separated files are pooled (their runs add up)
 Environment: HOLDFAST_ARGS adds flags to 'holdfast agent'.
 EOF
 }
@@ -392,7 +393,7 @@ END {
 	m["sessions-keepalive"] = "sessions:= rss_delta_mib:- mib_per_10k:- cpu_pct:- create_per_s:+ p99_ms:-"
 	label["rate"] = "rate/s"; label["p50_ms"] = "p50 ms"; label["p99_ms"] = "p99 ms"
 	split("holdfast etcd zk", tg, " ")
-	printf "%-19s %-15s %12s %12s %12s %12s %9s\n", "workload", "metric", "holdfast", "etcd", "zk", "best peer", "hf/best"
+	printf "%-19s %-15s %12s %12s %12s %12s %9s %6s\n", "workload", "metric", "holdfast", "etcd", "zk", "best peer", "hf/best", "won"
 	for (wi = 1; wi <= nw; wi++) {
 		g = wl[wi]
 		if (g in shown) continue
@@ -415,11 +416,29 @@ END {
 			}
 			ratio = (v[1] != "" && best != "" && best + 0 != 0) ? sprintf("%.2f", v[1] / best) : "-"
 			if (v[1] == "" && v[2] == "" && v[3] == "") continue
-			printf "%-19s %-15s %12s %12s %12s %12s %9s\n", g, name, fmt(v[1]), fmt(v[2]), fmt(v[3]), fmt(best), ratio
+			printf "%-19s %-15s %12s %12s %12s %12s %9s %6s\n", g, name, fmt(v[1]), fmt(v[2]), fmt(v[3]), fmt(best), ratio, won(g, k, dir)
 		}
 	}
 	for (k in failed) printf "failed runs: %s x%d\n", k, failed[k]
 	print "hf/best: holdfast divided by the best peer; for rates above 1 is better, for ms, MiB and cpu% below 1 is."
+	print "won: in how many runs holdfast beat the best peer of the same run (the i-th result of each target is one run)."
+}
+# won(g, k, dir): "W/N", holdfast'"'"'s wins over the best peer of each run, pairing
+# the i-th value of every target; "-" when no run has holdfast and a peer.
+function won(g, k, dir,   h, e, z, nh, ne, nz, i, b, w, n) {
+	if (dir == "=") return "-"
+	nh = split(vals[g "|holdfast|" k], h, " ")
+	ne = split(vals[g "|etcd|" k], e, " ")
+	nz = split(vals[g "|zk|" k], z, " ")
+	for (i = 1; i <= nh; i++) {
+		b = ""
+		if (i <= ne) b = e[i]
+		if (i <= nz && (b == "" || (dir == "+" && z[i] + 0 > b + 0) || (dir == "-" && z[i] + 0 < b + 0))) b = z[i]
+		if (b == "") continue
+		n++
+		if ((dir == "+" && h[i] + 0 > b + 0) || (dir == "-" && h[i] + 0 < b + 0)) w++
+	}
+	return n ? (w + 0) "/" n : "-"
 }
 function fmt(x) { if (x == "") return "-"; return (x + 0 >= 100) ? sprintf("%.0f", x) : sprintf("%.3g", x) }
 ' "$1"
@@ -428,6 +447,9 @@ function fmt(x) { if (x == "") return "-"; return (x + 0 >= 100) ? sprintf("%.0f
 # ---- main
 
 if [[ -n $REPORT ]]; then
+	IFS=, read -r -a rfiles <<<"$REPORT"
+	cat "${rfiles[@]}" >"$TMP/pooled" || exit 2
+	REPORT=$TMP/pooled
 	report "$REPORT"
 	exit 0
 fi
