@@ -1,0 +1,85 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// compareLines are three interleaved runs of put against the three targets,
+// in the format loadgen prints and bench/compare.sh saves with -o. The run
+// winners are known: the rate goes to zk in run 1 and to holdfast in runs 2
+// and 3; the p99 to zk in run 1 and to holdfast in runs 2 and 3 (etcd is
+// never the best peer on either).
+const compareLines = `result target=holdfast workload=put clients=32 duration_s=10.00 rate=100 p50_ms=1 p99_ms=5
+result target=etcd workload=put clients=32 duration_s=10.00 rate=50 p50_ms=2 p99_ms=9
+result target=zk workload=put clients=32 duration_s=10.00 rate=120 p50_ms=1.5 p99_ms=4
+result target=etcd workload=put clients=32 duration_s=10.00 rate=60 p50_ms=2 p99_ms=9
+result target=zk workload=put clients=32 duration_s=10.00 rate=110 p50_ms=1.5 p99_ms=4
+result target=holdfast workload=put clients=32 duration_s=10.00 rate=130 p50_ms=1 p99_ms=3
+result target=zk workload=put clients=32 duration_s=10.00 rate=100 p50_ms=0.5 p99_ms=3
+result target=holdfast workload=put clients=32 duration_s=10.00 rate=140 p50_ms=1 p99_ms=2
+result target=etcd workload=put clients=32 duration_s=10.00 rate=70 p50_ms=2 p99_ms=9
+`
+
+// compareTable runs compare.sh -R on files and returns its table's lines by
+// "workload metric".
+func compareTable(t *testing.T, files ...string) map[string][]string {
+	t.Helper()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	out, err := exec.Command("bash", "../compare.sh", "-R", strings.Join(files, ",")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("compare.sh -R: %v\n%s", err, out)
+	}
+	rows := map[string][]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[0] == "put" {
+			// "rate/s", or "p99" "ms": the metric name is one or two words.
+			name, rest := f[1], f[2:]
+			if rest[0] == "ms" {
+				name, rest = name+" ms", rest[1:]
+			}
+			rows[name] = rest
+		}
+	}
+	return rows
+}
+
+func TestCompareReportCountsRunsWon(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a.txt")
+	b := filepath.Join(dir, "b.txt")
+	for _, p := range []string{a, b} {
+		if err := os.WriteFile(p, []byte(compareLines), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Columns: holdfast, etcd, zk, best peer, hf/best, won.
+	for _, tc := range []struct {
+		files []string
+		want  map[string][]string
+	}{
+		{[]string{a}, map[string][]string{
+			"rate/s": {"130", "60", "110", "110", "1.18", "2/3"},
+			"p50 ms": {"1", "2", "1.5", "1.5", "0.67", "2/3"},
+			"p99 ms": {"3", "9", "4", "4", "0.75", "2/3"},
+		}},
+		// Pooled: the runs of both files add up.
+		{[]string{a, b}, map[string][]string{
+			"rate/s": {"130", "60", "110", "110", "1.18", "4/6"},
+			"p99 ms": {"3", "9", "4", "4", "0.75", "4/6"},
+		}},
+	} {
+		rows := compareTable(t, tc.files...)
+		for metric, want := range tc.want {
+			if got := rows[metric]; strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("%d file(s), put %s: got %q, want %q", len(tc.files), metric, got, want)
+			}
+		}
+	}
+}
