@@ -33,9 +33,17 @@ func writeEntries(w http.ResponseWriter, r *http.Request, ents []*state.DirEntry
 func entriesSize(ents []*state.DirEntry) int {
 	n := 2
 	for _, e := range ents {
-		n += 160 + len(e.Key) + len(e.Session) + base64.StdEncoding.EncodedLen(len(e.Value))
+		n += entrySize(e)
 	}
 	return n
+}
+
+// entrySize is entriesSize for one entry.
+func entrySize(e *state.DirEntry) int {
+	if e == nil {
+		return 5
+	}
+	return 160 + len(e.Key) + len(e.Session) + base64.StdEncoding.EncodedLen(len(e.Value))
 }
 
 // appendEntries appends ents as json.Marshal would, or reports false if a
@@ -49,39 +57,79 @@ func appendEntries(buf []byte, ents []*state.DirEntry) ([]byte, bool) {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		if e == nil {
-			buf = append(buf, "null"...)
-			continue
-		}
-		if !plainJSON(e.Key) || !plainJSON(e.Session) {
+		var ok bool
+		if buf, ok = appendEntry(buf, e); !ok {
 			return buf, false
 		}
-		buf = append(buf, `{"LockIndex":`...)
-		buf = strconv.AppendUint(buf, e.LockIndex, 10)
-		buf = append(buf, `,"Key":"`...)
-		buf = append(buf, e.Key...)
-		buf = append(buf, `","Flags":`...)
-		buf = strconv.AppendUint(buf, e.Flags, 10)
-		buf = append(buf, `,"Value":`...)
-		if e.Value == nil {
-			buf = append(buf, "null"...)
-		} else {
-			buf = append(buf, '"')
-			buf = base64.StdEncoding.AppendEncode(buf, e.Value)
-			buf = append(buf, '"')
-		}
-		if e.Session != "" {
-			buf = append(buf, `,"Session":"`...)
-			buf = append(buf, e.Session...)
-			buf = append(buf, '"')
-		}
-		buf = append(buf, `,"CreateIndex":`...)
-		buf = strconv.AppendUint(buf, e.CreateIndex, 10)
-		buf = append(buf, `,"ModifyIndex":`...)
-		buf = strconv.AppendUint(buf, e.ModifyIndex, 10)
-		buf = append(buf, '}')
 	}
 	return append(buf, ']'), true
+}
+
+// appendEntry appends e as json.Marshal would, or reports false if a
+// string in it needs escaping.
+func appendEntry(buf []byte, e *state.DirEntry) ([]byte, bool) {
+	if e == nil {
+		return append(buf, "null"...), true
+	}
+	if !plainJSON(e.Key) || !plainJSON(e.Session) {
+		return buf, false
+	}
+	buf = append(buf, `{"LockIndex":`...)
+	buf = strconv.AppendUint(buf, e.LockIndex, 10)
+	buf = append(buf, `,"Key":"`...)
+	buf = append(buf, e.Key...)
+	buf = append(buf, `","Flags":`...)
+	buf = strconv.AppendUint(buf, e.Flags, 10)
+	buf = append(buf, `,"Value":`...)
+	if e.Value == nil {
+		buf = append(buf, "null"...)
+	} else {
+		buf = append(buf, '"')
+		buf = base64.StdEncoding.AppendEncode(buf, e.Value)
+		buf = append(buf, '"')
+	}
+	if e.Session != "" {
+		buf = append(buf, `,"Session":"`...)
+		buf = append(buf, e.Session...)
+		buf = append(buf, '"')
+	}
+	buf = append(buf, `,"CreateIndex":`...)
+	buf = strconv.AppendUint(buf, e.CreateIndex, 10)
+	buf = append(buf, `,"ModifyIndex":`...)
+	buf = strconv.AppendUint(buf, e.ModifyIndex, 10)
+	return append(buf, '}'), true
+}
+
+// appendTxnResults appends a committed transaction's answer, what
+// json.Marshal makes of txnResponse{Results: res}, or reports false if a
+// string in it needs escaping.
+func appendTxnResults(buf []byte, res []*state.TxnResult) ([]byte, bool) {
+	buf = append(buf, `{"Results":`...)
+	if res == nil {
+		buf = append(buf, "null"...)
+	} else {
+		buf = append(buf, '[')
+		for i, r := range res {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			switch {
+			case r == nil:
+				buf = append(buf, "null"...)
+			case r.KV == nil:
+				buf = append(buf, "{}"...)
+			default:
+				var ok bool
+				buf = append(buf, `{"KV":`...)
+				if buf, ok = appendEntry(buf, r.KV); !ok {
+					return buf, false
+				}
+				buf = append(buf, '}')
+			}
+		}
+		buf = append(buf, ']')
+	}
+	return append(buf, `,"Errors":null}`...), true
 }
 
 // plainJSON reports whether json.Marshal writes s as itself between

@@ -63,6 +63,42 @@ func TestAppendEntriesMatchesJSON(t *testing.T) {
 	}
 }
 
+func checkTxnResults(t *testing.T, res []*state.TxnResult) {
+	t.Helper()
+	want, err := json.Marshal(&txnResponse{Results: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := appendTxnResults(nil, res)
+	if !ok {
+		return // falls back to json.Marshal
+	}
+	if string(got) != string(want) {
+		t.Fatalf("appendTxnResults:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestAppendTxnResultsMatchesJSON(t *testing.T) {
+	full := &state.DirEntry{LockIndex: 3, Key: "a/b c", Flags: 1<<64 - 1, Value: []byte("hello\x00\xff"),
+		Session: "adf4238a-882b-9ddc-4a9d-5b6758e4159e", CreateIndex: 7, ModifyIndex: 12}
+	cases := [][]*state.TxnResult{
+		nil,
+		{},
+		{nil},
+		{{}},
+		{{KV: full}},
+		{{KV: full}, {}, nil, {KV: &state.DirEntry{Key: "x", Value: []byte{}}}},
+		queueResults(32),
+		{{KV: &state.DirEntry{Key: "é"}}},
+	}
+	for _, c := range cases {
+		checkTxnResults(t, c)
+	}
+	if _, ok := appendTxnResults(nil, []*state.TxnResult{{KV: full}, {KV: &state.DirEntry{Key: "<"}}}); ok {
+		t.Fatal("a key json.Marshal escapes must fall back")
+	}
+}
+
 func FuzzAppendEntries(f *testing.F) {
 	f.Add("a/b", "", []byte("v"), uint64(1), uint64(2), uint64(3), uint64(4), false)
 	f.Add("x<y", "s", []byte(nil), uint64(0), uint64(0), uint64(0), uint64(0), true)
@@ -70,6 +106,8 @@ func FuzzAppendEntries(f *testing.F) {
 		if nilVal {
 			val = nil
 		}
-		checkEntries(t, []*state.DirEntry{{LockIndex: li, Key: key, Flags: fl, Value: val, Session: sess, CreateIndex: ci, ModifyIndex: mi}})
+		e := &state.DirEntry{LockIndex: li, Key: key, Flags: fl, Value: val, Session: sess, CreateIndex: ci, ModifyIndex: mi}
+		checkEntries(t, []*state.DirEntry{e})
+		checkTxnResults(t, []*state.TxnResult{{KV: e}, {}})
 	})
 }

@@ -141,5 +141,29 @@ func (h *handler) txn(w http.ResponseWriter, r *http.Request, _ string) error {
 		_, _ = w.Write(buf)
 		return nil
 	}
-	return writeJSON(w, r, &txnResponse{Results: res})
+	return writeTxnResults(w, r, res)
+}
+
+// writeTxnResults writes a committed transaction's answer. The lock
+// recipe's transactions read the key and its queue, so the answer can hold
+// many entries: it is built by hand, as KV reads are (kvjson.go), except
+// for ?pretty and strings json.Marshal would escape.
+func writeTxnResults(w http.ResponseWriter, r *http.Request, res []*state.TxnResult) error {
+	if wantPretty(r) {
+		return writeJSON(w, r, &txnResponse{Results: res})
+	}
+	n := 32
+	for _, x := range res {
+		if x != nil && x.KV != nil {
+			n += 8 + entrySize(x.KV)
+		}
+	}
+	buf, ok := appendTxnResults(make([]byte, 0, n), res)
+	if !ok {
+		return writeJSON(w, r, &txnResponse{Results: res})
+	}
+	w.Header()["Content-Type"] = hvJSON
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf)
+	return nil
 }
