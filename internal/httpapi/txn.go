@@ -48,15 +48,22 @@ func init() {
 // decodeTxn turns a PUT /v1/txn body into state operations. maxValue
 // bounds each value. It reads only its arguments, so it is safe to fuzz.
 func decodeTxn(body []byte, maxValue int64) ([]*state.TxnOp, error) {
-	var in []*txnOpBody
-	if err := decodeStrict(body, &in); err != nil {
-		return nil, invalidf("Failed to parse body: %v", err)
+	in, ok := fastTxnBody(body)
+	if !ok {
+		if err := decodeStrict(body, &in); err != nil {
+			return nil, invalidf("Failed to parse body: %v", err)
+		}
 	}
 	if len(in) > state.MaxTxnOps {
 		return nil, &Error{Kind: KindTooLarge, Msg: "Transaction contains too many operations (" +
 			itoa(int64(len(in))) + " > " + itoa(state.MaxTxnOps) + ")"}
 	}
 	ops := make([]*state.TxnOp, 0, len(in))
+	// One allocation for all the operations and their requests.
+	slab := make([]struct {
+		op  state.TxnOp
+		req state.KVRequest
+	}, len(in))
 	for i, op := range in {
 		if op == nil {
 			return nil, invalidf("Operation %d is null", i)
@@ -98,7 +105,10 @@ func decodeTxn(body []byte, maxValue int64) ([]*state.TxnOp, error) {
 		case state.OpCheckLock, state.OpUnlock:
 			e.LockIndex = kv.LockIndex
 		}
-		ops = append(ops, &state.TxnOp{KV: &state.KVRequest{Op: verb, Entry: e}})
+		x := &slab[i]
+		x.req = state.KVRequest{Op: verb, Entry: e}
+		x.op.KV = &x.req
+		ops = append(ops, &x.op)
 	}
 	return ops, nil
 }
