@@ -22,10 +22,7 @@ func writeEntries(w http.ResponseWriter, r *http.Request, ents []*state.DirEntry
 	if !ok {
 		return writeJSON(w, r, ents)
 	}
-	w.Header()["Content-Type"] = hvJSON
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf)
-	return nil
+	return sendJSON(w, buf)
 }
 
 // entriesSize is a close upper bound of the encoding's length for plain

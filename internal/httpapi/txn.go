@@ -172,8 +172,5 @@ func writeTxnResults(w http.ResponseWriter, r *http.Request, res []*state.TxnRes
 	if !ok {
 		return writeJSON(w, r, &txnResponse{Results: res})
 	}
-	w.Header()["Content-Type"] = hvJSON
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf)
-	return nil
+	return sendJSON(w, buf)
 }

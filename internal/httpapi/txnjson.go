@@ -154,8 +154,8 @@ type object struct {
 // field without its exact spelling, declines: names must be spelt as in
 // fields, and any other name must not fold to one of them. Members of
 // other names are skipped if their value is null (encoding/json skips any
-// value; Consul's client sends "Session":null beside "KV") and decline
-// otherwise.
+// value; a client that knows more kinds of operation than holdfast sends
+// the unused ones as null) and decline otherwise.
 func (s *txnScan) field(o *object) (j int, done, ok bool) {
 	for {
 		s.ws()
