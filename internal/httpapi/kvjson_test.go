@@ -37,6 +37,13 @@ func sameAsJSON(t *testing.T, v any, got []byte, ok bool) {
 	}
 }
 
+// fullEntry is an entry with every field set, a value json.Marshal must
+// encode in base64 and a lock.
+func fullEntry() *state.DirEntry {
+	return &state.DirEntry{LockIndex: 3, Key: "a/b c", Flags: 1<<64 - 1, Value: []byte("hello\x00\xff"),
+		Session: "adf4238a-882b-9ddc-4a9d-5b6758e4159e", CreateIndex: 7, ModifyIndex: 12}
+}
+
 func checkEntries(t *testing.T, ents []*state.DirEntry) {
 	t.Helper()
 	got, ok := appendEntries(nil, ents)
@@ -44,8 +51,7 @@ func checkEntries(t *testing.T, ents []*state.DirEntry) {
 }
 
 func TestAppendEntriesMatchesJSON(t *testing.T) {
-	full := &state.DirEntry{LockIndex: 3, Key: "a/b c", Flags: 1<<64 - 1, Value: []byte("hello\x00\xff"),
-		Session: "adf4238a-882b-9ddc-4a9d-5b6758e4159e", CreateIndex: 7, ModifyIndex: 12}
+	full := fullEntry()
 	cases := [][]*state.DirEntry{
 		nil,
 		{},
@@ -74,8 +80,7 @@ func checkTxnResults(t *testing.T, res []*state.TxnResult) {
 }
 
 func TestAppendTxnResultsMatchesJSON(t *testing.T) {
-	full := &state.DirEntry{LockIndex: 3, Key: "a/b c", Flags: 1<<64 - 1, Value: []byte("hello\x00\xff"),
-		Session: "adf4238a-882b-9ddc-4a9d-5b6758e4159e", CreateIndex: 7, ModifyIndex: 12}
+	full := fullEntry()
 	cases := [][]*state.TxnResult{
 		nil,
 		{},
