@@ -80,9 +80,6 @@ func (s *Server) KVS(ctx context.Context, req *state.KVRequest) (bool, time.Dura
 // applyKVS commits a KV write in the binary encoding (fsm.EncodeKVS),
 // which is several times cheaper to build and to apply than JSON.
 func (s *Server) applyKVS(req *state.KVRequest) (*fsm.Result, error) {
-	if s.raft.State() != raft.Leader {
-		return nil, ErrNoLeader
-	}
 	b, err := fsm.EncodeKVS(s.clk.Now(), req)
 	if err != nil {
 		return nil, err
@@ -237,9 +234,6 @@ func (s *Server) Deregister(ctx context.Context, req *state.DeregisterRequest) e
 func (s *Server) Txn(ctx context.Context, ops []*state.TxnOp) ([]*state.TxnResult, []*state.TxnError, error) {
 	if len(ops) > state.MaxTxnOps {
 		return nil, nil, fmt.Errorf("%w: Transaction contains too many operations (%d > %d)", state.ErrInvalidRequest, len(ops), state.MaxTxnOps)
-	}
-	if s.raft.State() != raft.Leader {
-		return nil, nil, ErrNoLeader
 	}
 	b, err := fsm.EncodeTxn(s.clk.Now(), ops)
 	if err != nil {

@@ -289,9 +289,6 @@ var (
 // apply stamps a command with the leader's time, commits it through raft
 // and returns the state machine's result.
 func (s *Server) apply(t fsm.Type, body interface{}) (*fsm.Result, error) {
-	if s.raft.State() != raft.Leader {
-		return nil, ErrNoLeader
-	}
 	b, err := fsm.Encode(t, s.clk.Now(), body)
 	if err != nil {
 		return nil, err
@@ -300,8 +297,12 @@ func (s *Server) apply(t fsm.Type, body interface{}) (*fsm.Result, error) {
 }
 
 // applyCommand commits an encoded command through raft and returns the
-// state machine's result.
+// state machine's result. Every write ends here: a follower refuses it at
+// once with ErrNoLeader (raft would too, after a trip through its loop).
 func (s *Server) applyCommand(b []byte) (*fsm.Result, error) {
+	if s.raft.State() != raft.Leader {
+		return nil, ErrNoLeader
+	}
 	// raft.Apply arms a timer for its timeout on every call, only to bound
 	// the wait for room in its apply channel, which BatchApplyCh buffers to
 	// MaxAppendEntries. While at most half that many applies are in flight
