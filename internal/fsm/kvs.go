@@ -102,10 +102,12 @@ func decodeTxn(idx uint64, body []byte) []*state.TxnOp {
 		d.fail("operation count larger than the body")
 	}
 	ops := make([]*state.TxnOp, n)
+	txops := make([]state.TxnOp, n)
 	reqs := make([]state.KVRequest, n)
 	for i := range ops {
 		d.kvRequest(&reqs[i])
-		ops[i] = &state.TxnOp{KV: &reqs[i]}
+		txops[i].KV = &reqs[i]
+		ops[i] = &txops[i]
 	}
 	if len(d.b) != 0 {
 		d.fail("trailing bytes")
