@@ -16,10 +16,12 @@ import (
 // Transport is the http.RoundTripper a Client uses when its Config has no
 // HTTPClient. It carries plain-HTTP (http://) requests over HTTP/1.1
 // keep-alive connections, one request at a time per connection, all on the
-// calling goroutine: it writes the request with http.Request.Write, reads
-// the answer with http.ReadResponse, and reads the whole body before it
-// returns, so the connection is back in the pool by the time the caller
-// sees the response.
+// calling goroutine: it writes the request, reads the answer, and reads the
+// whole body before it returns, so the connection is back in the pool by
+// the time the caller sees the response. Requests and answers of the plain
+// shape this API uses are written and read by this package (wire.go), the
+// bytes on the wire the same as net/http's; the rest by http.Request.Write
+// and http.ReadResponse.
 //
 // net/http's Transport gives every connection a reading and a writing
 // goroutine and passes each request and response between them and the
@@ -172,7 +174,7 @@ func (t *Transport) exchange(ctx context.Context, tc *tconn, addr string, req *h
 	before := tc.read
 	rewindable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 
-	err = req.Write(tc.bw)
+	err = writeRequest(tc.bw, req)
 	if err == nil {
 		err = tc.bw.Flush()
 	}
@@ -209,9 +211,13 @@ func (t *Transport) exchange(ctx context.Context, tc *tconn, addr string, req *h
 }
 
 // readResponse reads the answer to req from br, skipping interim 1xx
-// answers, and replaces its body with the body read in full.
+// answers, and replaces its body with the body read in full. The common
+// plain answer is read by fastResponse (wire.go); the rest by net/http.
 func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 	for {
+		if resp, ok, err := fastResponse(br, req); ok {
+			return resp, err
+		}
 		resp, err := http.ReadResponse(br, req)
 		if err != nil {
 			return nil, err
