@@ -11,6 +11,26 @@ import (
 // treeKey.
 type keyed interface{ treeKey() string }
 
+// weighed items also carry a number whose highest value under any key
+// prefix a cowTree finds without visiting the items (maxPrefix): every
+// node keeps the highest weight below it.
+type weighed interface{ treeWeight() uint64 }
+
+// isWeighed reports whether the items of a cowTree[T] are weighed.
+func isWeighed[T keyed]() bool {
+	var zero T
+	_, ok := any(zero).(weighed)
+	return ok
+}
+
+// weight is item's weight (0 for items that are not weighed).
+func weight[T keyed](item T) uint64 {
+	if w, ok := any(item).(weighed); ok {
+		return w.treeWeight()
+	}
+	return 0
+}
+
 // cowTree is an immutable set of items ordered by key: a copy-on-write
 // B+tree whose leaves hold up to setMax items and whose branches hold up to
 // setMax children, every leaf at the same depth. with and without return a
@@ -49,6 +69,24 @@ type treeNode[T keyed] struct {
 	kids  []*treeNode[T]
 	lo    []string
 	own   uint64 // the writer that may still change it in place; see withOwned
+	hi    uint64 // the highest weight under n, for weighed items
+}
+
+// weigh sets n.hi from n's items or children (for weighed items; for the
+// others it does nothing) and returns n.
+func (n *treeNode[T]) weigh() *treeNode[T] {
+	if !isWeighed[T]() {
+		return n
+	}
+	var hi uint64
+	for _, it := range n.items {
+		hi = max(hi, weight(it))
+	}
+	for _, k := range n.kids {
+		hi = max(hi, k.hi)
+	}
+	n.hi = hi
+	return n
 }
 
 func (n *treeNode[T]) leaf() bool { return n.kids == nil }
@@ -97,11 +135,11 @@ func (s cowTree[T]) with(item T) cowTree[T] { return s.withOwned(item, 0) }
 // The writer must never use own again once the tree is published.
 func (s cowTree[T]) withOwned(item T, own uint64) cowTree[T] {
 	if s.root == nil {
-		return cowTree[T]{root: &treeNode[T]{items: []T{item}, own: own}, n: 1}
+		return cowTree[T]{root: (&treeNode[T]{items: []T{item}, own: own}).weigh(), n: 1}
 	}
 	l, r, added := s.root.insert(item, own)
 	if r != nil {
-		l = &treeNode[T]{kids: []*treeNode[T]{l, r}, lo: []string{l.min(), r.min()}, own: own}
+		l = (&treeNode[T]{kids: []*treeNode[T]{l, r}, lo: []string{l.min(), r.min()}, own: own}).weigh()
 	}
 	n := s.n
 	if added {
@@ -139,34 +177,34 @@ func (n *treeNode[T]) insert(item T, own uint64) (l, r *treeNode[T], added bool)
 		m := n.mut(own)
 		if found {
 			m.items[i] = item
-			return m, nil, false
+			return m.weigh(), nil, false
 		}
 		m.items = slices.Insert(m.items, i, item)
 		if len(m.items) <= setMax {
-			return m, nil, true
+			return m.weigh(), nil, true
 		}
 		var rest []T
 		m.items, rest = halves(m.items, splitAt(len(m.items), i))
-		return m, &treeNode[T]{items: rest, own: own}, true
+		return m.weigh(), (&treeNode[T]{items: rest, own: own}).weigh(), true
 	}
 	i := n.child(key)
 	cl, cr, added := n.kids[i].insert(item, own)
 	m := n.mut(own)
 	m.kids[i], m.lo[i] = cl, cl.min()
 	if cr == nil {
-		return m, nil, added
+		return m.weigh(), nil, added
 	}
 	m.kids = slices.Insert(m.kids, i+1, cr)
 	m.lo = slices.Insert(m.lo, i+1, cr.min())
 	if len(m.kids) <= setMax {
-		return m, nil, added
+		return m.weigh(), nil, added
 	}
 	h := splitAt(len(m.kids), i+1)
 	var rk []*treeNode[T]
 	var rl []string
 	m.kids, rk = halves(m.kids, h)
 	m.lo, rl = halves(m.lo, h)
-	return m, &treeNode[T]{kids: rk, lo: rl, own: own}, added
+	return m.weigh(), (&treeNode[T]{kids: rk, lo: rl, own: own}).weigh(), added
 }
 
 // splitAt is where a node of n entries (one over setMax) splits after
@@ -210,7 +248,7 @@ func (n *treeNode[T]) remove(key string) (*treeNode[T], bool) {
 		items := make([]T, len(n.items)-1)
 		copy(items, n.items[:i])
 		copy(items[i:], n.items[i+1:])
-		return &treeNode[T]{items: items}, true
+		return (&treeNode[T]{items: items}).weigh(), true
 	}
 	i := n.child(key)
 	c, removed := n.kids[i].remove(key)
@@ -243,7 +281,7 @@ func (n *treeNode[T]) remove(key string) (*treeNode[T], bool) {
 	for k, kid := range kids {
 		lo[k] = kid.min()
 	}
-	return &treeNode[T]{kids: kids, lo: lo}, true
+	return (&treeNode[T]{kids: kids, lo: lo}).weigh(), true
 }
 
 // merge joins adjacent siblings a and b (same depth) into one node, or into
@@ -253,22 +291,22 @@ func merge[T keyed](a, b *treeNode[T]) (*treeNode[T], *treeNode[T]) {
 		items := make([]T, 0, len(a.items)+len(b.items))
 		items = append(append(items, a.items...), b.items...)
 		if len(items) <= setMax {
-			return &treeNode[T]{items: items}, nil
+			return (&treeNode[T]{items: items}).weigh(), nil
 		}
 		l, r := halves(items, len(items)/2)
-		return &treeNode[T]{items: l}, &treeNode[T]{items: r}
+		return (&treeNode[T]{items: l}).weigh(), (&treeNode[T]{items: r}).weigh()
 	}
 	kids := make([]*treeNode[T], 0, len(a.kids)+len(b.kids))
 	kids = append(append(kids, a.kids...), b.kids...)
 	lo := make([]string, 0, len(kids))
 	lo = append(append(lo, a.lo...), b.lo...)
 	if len(kids) <= setMax {
-		return &treeNode[T]{kids: kids, lo: lo}, nil
+		return (&treeNode[T]{kids: kids, lo: lo}).weigh(), nil
 	}
 	h := len(kids) / 2
 	lk, rk := halves(kids, h)
 	ll, rl := halves(lo, h)
-	return &treeNode[T]{kids: lk, lo: ll}, &treeNode[T]{kids: rk, lo: rl}
+	return (&treeNode[T]{kids: lk, lo: ll}).weigh(), (&treeNode[T]{kids: rk, lo: rl}).weigh()
 }
 
 // halves splits s at h: a left part capped so that it cannot grow into
@@ -348,4 +386,43 @@ func (s cowTree[T]) prefix(p string, f func(T) bool) {
 	s.ascend(p, func(it T) bool {
 		return strings.HasPrefix(it.treeKey(), p) && f(it)
 	})
+}
+
+// maxPrefix is the highest weight of the items whose key starts with p (0
+// if there are none): a walk down the two edges of the range of such keys,
+// taking each node between them whole.
+func (s cowTree[T]) maxPrefix(p string) uint64 {
+	if s.root == nil {
+		return 0
+	}
+	return s.root.maxPrefix(p)
+}
+
+func (n *treeNode[T]) maxPrefix(p string) uint64 {
+	var hi uint64
+	if n.leaf() {
+		i, _ := searchItems(n.items, p)
+		for _, it := range n.items[i:] {
+			if !strings.HasPrefix(it.treeKey(), p) {
+				break
+			}
+			hi = max(hi, weight(it))
+		}
+		return hi
+	}
+	first := n.child(p)
+	for i := first; i < len(n.kids); i++ {
+		if i > first && !strings.HasPrefix(n.lo[i], p) {
+			break // this child, and those after it, start past the range
+		}
+		// The keys with prefix p are one interval of the key order, so a
+		// child whose smallest key and whose right neighbour's smallest
+		// key both have the prefix holds nothing else.
+		if strings.HasPrefix(n.lo[i], p) && i+1 < len(n.kids) && strings.HasPrefix(n.lo[i+1], p) {
+			hi = max(hi, n.kids[i].hi)
+			continue
+		}
+		hi = max(hi, n.kids[i].maxPrefix(p))
+	}
+	return hi
 }

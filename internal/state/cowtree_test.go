@@ -3,6 +3,7 @@ package state
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -391,5 +392,81 @@ func TestCowTreePrefix(t *testing.T) {
 	s.ascend("2995", func(x *storedSession) bool { from = append(from, x.ID); return true })
 	if want := all[sort.SearchStrings(all, "2995"):]; !slices.Equal(from, want) {
 		t.Fatalf("ascend(2995) = %v, want %v", from, want)
+	}
+}
+
+// TestCowTreeMaxPrefix holds maxPrefix, and the highest weight every node
+// keeps, to a model through random inserts, re-inserts with lower and
+// higher weights, and removals (which merge and split nodes), checking
+// every old version of the tree too, as readers of old snapshots see them.
+func TestCowTreeMaxPrefix(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	type version struct {
+		tree  cowTree[*tombstone]
+		model map[string]uint64
+	}
+	var tree cowTree[*tombstone]
+	model := map[string]uint64{}
+	var versions []version
+	key := func() string {
+		// Keys share prefixes at several depths: "a/", "a/b", "a/b1/" ...
+		return fmt.Sprintf("%c/%c%d/%d", 'a'+rng.IntN(3), 'b'+rng.IntN(3), rng.IntN(20), rng.IntN(50))
+	}
+	prefixes := []string{"", "a", "a/", "b/c", "b/c1", "b/c1/", "c/d19/4", "c/d19/49", "z", "a/b0/0"}
+	check := func(v version) {
+		t.Helper()
+		for _, p := range append(prefixes, key(), key()[:3]) {
+			var want uint64
+			for k, w := range v.model {
+				if strings.HasPrefix(k, p) {
+					want = max(want, w)
+				}
+			}
+			if got := v.tree.maxPrefix(p); got != want {
+				t.Fatalf("maxPrefix(%q) = %d, want %d (%d items)", p, got, want, len(v.model))
+			}
+		}
+		var walk func(n *treeNode[*tombstone]) uint64
+		walk = func(n *treeNode[*tombstone]) uint64 {
+			var hi uint64
+			for _, it := range n.items {
+				hi = max(hi, it.Index)
+			}
+			for _, k := range n.kids {
+				hi = max(hi, walk(k))
+			}
+			if n.hi != hi {
+				t.Fatalf("node keeps %d as its highest weight, holds %d", n.hi, hi)
+			}
+			return hi
+		}
+		if v.tree.root != nil {
+			walk(v.tree.root)
+		}
+	}
+	own := newOwner()
+	for step := range 20000 {
+		k := key()
+		switch r := rng.IntN(10); {
+		case r < 6:
+			w := uint64(rng.IntN(1000000)) // lower or higher than any earlier one
+			tree = tree.withOwned(&tombstone{Key: k, Index: w}, own)
+			model[k] = w
+		default:
+			tree, _ = tree.without(k)
+			delete(model, k)
+		}
+		if step%500 == 0 {
+			// Publish: later writes must copy, not change, these nodes.
+			own = newOwner()
+			versions = append(versions, version{tree, maps.Clone(model)})
+			check(versions[len(versions)-1])
+		}
+	}
+	if len(model) < 500 {
+		t.Fatalf("only %d items at the end: the test exercises too little", len(model))
+	}
+	for _, v := range versions {
+		check(v)
 	}
 }

@@ -182,7 +182,7 @@ func (tx *wtx) kvDelete(key string) {
 		return
 	}
 	tx.kvRemove(old)
-	must(tx.Insert(tabTombstones, &tombstone{Key: key, Index: tx.idx}))
+	tx.bury(key)
 	tx.bump(tabKVs)
 }
 
@@ -208,7 +208,7 @@ func (tx *wtx) kvDeleteTree(prefix string) {
 		tx.kvRemove(e)
 	}
 	if prefix != "" {
-		must(tx.Insert(tabTombstones, &tombstone{Key: prefix, Index: tx.idx}))
+		tx.bury(prefix)
 	}
 	tx.bump(tabKVs)
 }
@@ -276,7 +276,7 @@ func (s *Store) KVList(ws watch.Set, prefix string) (uint64, []*DirEntry) {
 		max = maxU(max, e.ModifyIndex)
 		return true
 	})
-	return prefixIndex(tx, &kv, prefix, max), out
+	return prefixIndex(&kv, prefix, max), out
 }
 
 // readPrefix is read for a listing of prefix: it adds the prefix's watch
@@ -288,17 +288,14 @@ func (s *Store) readPrefix(ws watch.Set, prefix string) *memdb.Txn {
 	return s.read(ws)
 }
 
-// prefixIndex is the index of a listing of prefix in kv, the kvTable of
-// tx, whose entries' highest ModifyIndex is max.
-func prefixIndex(tx *memdb.Txn, kv *kvTable, prefix string, max uint64) uint64 {
+// prefixIndex is the index of a listing of prefix in kv, whose entries'
+// highest ModifyIndex is max: the higher of that and the tombstones' under
+// the prefix, or the table index when both are zero.
+func prefixIndex(kv *kvTable, prefix string, max uint64) uint64 {
 	if prefix == "" {
 		return kv.Index
 	}
-	it, err := tx.Get(tabTombstones, "id_prefix", prefix)
-	must(err)
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		max = maxU(max, raw.(*tombstone).Index)
-	}
+	max = maxU(max, kv.Graves.maxPrefix(prefix))
 	if max == 0 {
 		return kv.Index
 	}
@@ -326,7 +323,7 @@ func (s *Store) KVKeys(ws watch.Set, prefix, sep string) (uint64, []string) {
 		}
 		return true
 	})
-	return prefixIndex(tx, &kv, prefix, max), out
+	return prefixIndex(&kv, prefix, max), out
 }
 
 // KVLockDelay returns when the lock-delay on key ends (the zero time if

@@ -62,3 +62,34 @@ func BenchmarkKVGet(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkKVListTombstones lists a prefix holding 3 live keys and the
+// tombstones of n deleted ones, as a semaphore's or lock queue's prefix
+// has after a few minutes of contenders coming and going.
+func BenchmarkKVListTombstones(b *testing.B) {
+	for _, n := range []int{0, 1000, 100000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			f := newFx(b)
+			batch := f.s.Batch()
+			for i := range n {
+				k := "service/sem/gone-" + strconv.Itoa(i)
+				if _, err := batch.KVS(f.next(), f.now, &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: k}}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := batch.KVS(f.next(), f.now, &state.KVRequest{Op: state.OpDelete, Entry: state.DirEntry{Key: k}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			batch.Commit()
+			for _, k := range []string{"service/sem/.lock", "service/sem/a", "service/sem/b", "service/other"} {
+				f.set(k, "v")
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, es := f.s.KVList(nil, "service/sem/"); len(es) != 3 {
+					b.Fatalf("%d entries", len(es))
+				}
+			}
+		})
+	}
+}

@@ -25,10 +25,20 @@ type kvTable struct {
 	// Held has heldBy(e.Session, e.Key) for every entry with a Session:
 	// what session invalidation releases or deletes.
 	Held cowTree[heldKey]
+	// Graves has a tombstone for every deleted key (and deleted prefix)
+	// until it is reaped. A listing's index is the highest index among its
+	// entries and the tombstones under its prefix; the tree finds the
+	// latter without visiting them (cowTree.maxPrefix), so a prefix that
+	// has seen many keys come and go (a semaphore's, a lock queue's) lists
+	// as fast as one that has not.
+	Graves cowTree[*tombstone]
 	// Index is the table's index (what the index table holds for the
 	// other tables): the last raft index that changed a KV entry.
 	Index uint64
 }
+
+func (t *tombstone) treeKey() string    { return t.Key }
+func (t *tombstone) treeWeight() uint64 { return t.Index }
 
 func (e *DirEntry) treeKey() string { return e.Key }
 
@@ -93,6 +103,13 @@ func (tx *wtx) kvRemove(old *DirEntry) {
 		t.Held, _ = t.Held.without(string(heldBy(old.Session, old.Key)))
 	}
 	tx.kvChanged(old.Key)
+}
+
+// bury records the tombstone of key (a deleted key or prefix).
+func (tx *wtx) bury(key string) {
+	t := tx.kvt()
+	t.Graves = t.Graves.withOwned(&tombstone{Key: key, Index: tx.idx}, tx.kvOwn)
+	tx.kvDirty = true
 }
 
 // kvChanged notes that key changed, to wake its watchers after Commit.

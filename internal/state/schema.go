@@ -220,7 +220,6 @@ func schema() *memdb.DBSchema {
 	tables := []*memdb.TableSchema{
 		t(tabIndex, idIndex(strField[indexEntry]{func(e *indexEntry) string { return e.Key }})),
 		t(tabKVs, idIndex(oneObject[kvTable]{[]byte{'k'}})),
-		t(tabTombstones, idIndex(str("Key"))),
 		t(tabDelays, idIndex(str("Key"))),
 		t(tabSessions, idIndex(oneObject[sessionTable]{[]byte{'s'}})),
 		t(tabBindings, idIndex(bindingIndex{})),

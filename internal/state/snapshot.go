@@ -61,13 +61,21 @@ func (sn *Snapshot) Persist(w io.Writer) error {
 			}
 			continue
 		}
-		if t == tabKVs {
-			// One record per entry, likewise (see kvTable).
+		if t == tabKVs || t == tabTombstones {
+			// One record per entry or tombstone, likewise (see kvTable).
 			var err error
-			kvTableOf(sn.tx).Entries.each(func(e *DirEntry) bool {
-				err = put(t, e)
-				return err == nil
-			})
+			kv := kvTableOf(sn.tx)
+			if t == tabKVs {
+				kv.Entries.each(func(e *DirEntry) bool {
+					err = put(t, e)
+					return err == nil
+				})
+			} else {
+				kv.Graves.each(func(g *tombstone) bool {
+					err = put(t, g)
+					return err == nil
+				})
+			}
 			if err != nil {
 				return err
 			}
@@ -159,6 +167,8 @@ func Restore(r io.Reader) (*Store, error) {
 			err = restoreSession(tx, o)
 		case *DirEntry:
 			err = restoreKV(&kv, o, own)
+		case *tombstone:
+			kv.Graves = kv.Graves.withOwned(o, own)
 		case *indexEntry:
 			if o.Key == tabKVs {
 				kv.Index = o.Value
@@ -172,7 +182,7 @@ func Restore(r io.Reader) (*Store, error) {
 			return nil, fmt.Errorf("state: restoring %s: %w", rec.T, err)
 		}
 	}
-	if kv.Entries.Len() > 0 || kv.Index != 0 {
+	if kv.Entries.Len() > 0 || kv.Graves.Len() > 0 || kv.Index != 0 {
 		must(tx.Insert(tabKVs, &kv))
 	}
 	tx.Commit()
@@ -195,24 +205,31 @@ func (s *Store) Reap(idx uint64, now time.Time, upTo uint64) {
 }
 
 func (tx *wtx) reap(upTo uint64) {
-	for _, t := range []string{tabTombstones, tabDelays} {
-		it, err := tx.Get(t, "id")
-		must(err)
-		var dead []interface{}
-		for r := it.Next(); r != nil; r = it.Next() {
-			switch v := r.(type) {
-			case *tombstone:
-				if v.Index <= upTo {
-					dead = append(dead, r)
-				}
-			case *lockDelay:
-				if v.Until <= tx.now.UnixNano() {
-					dead = append(dead, r)
-				}
-			}
+	// The survivors go into a new tree, in key order and in place (one
+	// owner): linear in the tombstones, where removing each dead one would
+	// copy a path of the tree per tombstone.
+	t := tx.kvt()
+	var kept cowTree[*tombstone]
+	own := newOwner()
+	t.Graves.each(func(g *tombstone) bool {
+		if g.Index > upTo {
+			kept = kept.withOwned(g, own)
 		}
-		for _, d := range dead {
-			must(tx.Delete(t, d))
+		return true
+	})
+	if kept.Len() != t.Graves.Len() {
+		t.Graves = kept
+		tx.kvDirty = true
+	}
+	it, err := tx.Get(tabDelays, "id")
+	must(err)
+	var ended []interface{}
+	for r := it.Next(); r != nil; r = it.Next() {
+		if r.(*lockDelay).Until <= tx.now.UnixNano() {
+			ended = append(ended, r)
 		}
+	}
+	for _, d := range ended {
+		must(tx.Delete(tabDelays, d))
 	}
 }
