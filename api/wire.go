@@ -246,13 +246,9 @@ func parseLength(s string) int64 {
 // whose hooks req.Write calls) goes to req.Write. FuzzWriteRequest holds
 // the two together.
 func writeRequest(bw *bufio.Writer, req *http.Request) error {
-	ruri, ok := plainRequest(req)
+	ruri, host, ok := plainRequest(req)
 	if !ok {
 		return req.Write(bw)
-	}
-	host := req.Host
-	if host == "" {
-		host = req.URL.Host
 	}
 	bw.WriteString(req.Method)
 	bw.WriteByte(' ')
@@ -315,61 +311,61 @@ func writeBody(bw *bufio.Writer, req *http.Request) error {
 const maxFastRequestHeaders = 8
 
 // plainRequest reports whether writeRequest may write req itself, and if
-// so returns its request-URI.
-func plainRequest(req *http.Request) (string, bool) {
+// so returns its request-URI and the host it is for.
+func plainRequest(req *http.Request) (ruri, host string, ok bool) {
 	switch req.Method {
 	case http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete:
 	default:
-		return "", false
+		return "", "", false
 	}
 	if req.Close || req.TransferEncoding != nil || req.Trailer != nil || req.URL.Opaque != "" ||
 		len(req.Header) > maxFastRequestHeaders || httptrace.ContextClientTrace(req.Context()) != nil {
-		return "", false
+		return "", "", false
 	}
 	if req.Body == nil || req.Body == http.NoBody {
 		if req.ContentLength != 0 {
-			return "", false
+			return "", "", false
 		}
 	} else if req.ContentLength <= 0 {
-		return "", false
+		return "", "", false
 	}
-	host := req.Host
+	host = req.Host
 	if host == "" {
 		host = req.URL.Host
 	}
 	if host == "" {
-		return "", false
+		return "", "", false
 	}
 	for i := 0; i < len(host); i++ {
 		c := host[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
 			c == '.' || c == '-' || c == ':' || c == '[' || c == ']') {
-			return "", false
+			return "", "", false
 		}
 	}
 	for k, vs := range req.Header {
 		switch k {
 		case "", "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
-			return "", false
+			return "", "", false
 		}
 		for i := 0; i < len(k); i++ {
 			if !isTokenByte(k[i]) {
-				return "", false
+				return "", "", false
 			}
 		}
 		for _, v := range vs {
 			if !plainValue(v) {
-				return "", false
+				return "", "", false
 			}
 		}
 	}
-	ruri := req.URL.RequestURI()
+	ruri = req.URL.RequestURI()
 	for i := 0; i < len(ruri); i++ {
 		if c := ruri[i]; c <= ' ' || c > '~' {
-			return "", false
+			return "", "", false
 		}
 	}
-	return ruri, true
+	return ruri, host, true
 }
 
 // plainValue reports whether req.Write sends header value v unchanged:

@@ -192,7 +192,7 @@ func BenchmarkReadResponse(b *testing.B) {
 func checkWriteRequest(t *testing.T, mk func() *http.Request) bool {
 	t.Helper()
 	req := mk()
-	_, fast := plainRequest(req)
+	_, _, fast := plainRequest(req)
 	var got, want bytes.Buffer
 	gbw := bufio.NewWriter(&got)
 	gerr := writeRequest(gbw, req)

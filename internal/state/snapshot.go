@@ -47,66 +47,64 @@ func (sn *Snapshot) Persist(w io.Writer) error {
 		return enc.Encode(record{T: t, V: b})
 	}
 	for _, t := range dumped {
-		if t == tabSessions {
-			// One record per session, as for a table of rows (the
-			// sessions table is one object holding them all).
-			var err error
+		var err error
+		switch t {
+		// The tables kept as one object write one record per row, as a
+		// table of rows would (see sessionTable and kvTable).
+		case tabSessions:
 			_, set := sessionsOf(sn.tx)
-			set.each(func(r *storedSession) bool {
-				err = put(t, &r.Session)
-				return err == nil
-			})
-			if err != nil {
-				return err
-			}
-			continue
+			err = eachErr(set, func(r *storedSession) error { return put(t, &r.Session) })
+		case tabKVs:
+			err = eachErr(kvTableOf(sn.tx).Entries, func(e *DirEntry) error { return put(t, e) })
+		case tabTombstones:
+			err = eachErr(kvTableOf(sn.tx).Graves, func(g *tombstone) error { return put(t, g) })
+		default:
+			err = sn.putRows(t, put)
 		}
-		if t == tabKVs || t == tabTombstones {
-			// One record per entry or tombstone, likewise (see kvTable).
-			var err error
-			kv := kvTableOf(sn.tx)
-			if t == tabKVs {
-				kv.Entries.each(func(e *DirEntry) bool {
-					err = put(t, e)
-					return err == nil
-				})
-			} else {
-				kv.Graves.each(func(g *tombstone) bool {
-					err = put(t, g)
-					return err == nil
-				})
-			}
-			if err != nil {
-				return err
-			}
-			continue
-		}
-		// The kvs table's index lives in its object; it is written as an
-		// index record, in key order, as when the index table held it.
-		var kvIndex *indexEntry
-		if idx := kvTableOf(sn.tx).Index; t == tabIndex && idx != 0 {
-			kvIndex = &indexEntry{Key: tabKVs, Value: idx}
-		}
-		it, err := sn.tx.Get(t, "id")
 		if err != nil {
 			return err
 		}
-		for r := it.Next(); ; r = it.Next() {
-			if kvIndex != nil && (r == nil || r.(*indexEntry).Key > tabKVs) {
-				if err := put(t, kvIndex); err != nil {
-					return err
-				}
-				kvIndex = nil
-			}
-			if r == nil {
-				break
-			}
-			if err := put(t, r); err != nil {
-				return err
-			}
-		}
 	}
 	return bw.Flush()
+}
+
+// putRows writes the rows of go-memdb table t. The kvs table's index
+// lives in its object; it is written as an index record, in key order, as
+// when the index table held it.
+func (sn *Snapshot) putRows(t string, put func(string, any) error) error {
+	var kvIndex *indexEntry
+	if idx := kvTableOf(sn.tx).Index; t == tabIndex && idx != 0 {
+		kvIndex = &indexEntry{Key: tabKVs, Value: idx}
+	}
+	it, err := sn.tx.Get(t, "id")
+	if err != nil {
+		return err
+	}
+	for r := it.Next(); ; r = it.Next() {
+		if kvIndex != nil && (r == nil || r.(*indexEntry).Key > tabKVs) {
+			if err := put(t, kvIndex); err != nil {
+				return err
+			}
+			kvIndex = nil
+		}
+		if r == nil {
+			return nil
+		}
+		if err := put(t, r); err != nil {
+			return err
+		}
+	}
+}
+
+// eachErr calls f on every item of tree in key order, stopping at the
+// first error, which it returns.
+func eachErr[T keyed](tree cowTree[T], f func(T) error) error {
+	var err error
+	tree.each(func(x T) bool {
+		err = f(x)
+		return err == nil
+	})
+	return err
 }
 
 func newObj(table string) (interface{}, error) {
