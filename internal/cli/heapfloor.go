@@ -48,11 +48,11 @@ type heapFloor struct {
 	base  int             // the per cent GOGC gave at the start
 	live  func() uint64   // the live heap after the last collection
 	set   func(p int) int // debug.SetGCPercent
-	mu    sync.Mutex      // guards current and stopped
+	mu    sync.Mutex      // guards cur and stop
 	cur   int
 	stop  bool
 	seen  func()             // tests: called after each adjustment
-	arm   func(h *heapFloor) // re-arms the finalizer; nil in tests
+	arm   func(h *heapFloor) // re-arms the finalizer (armFloor)
 }
 
 // adjust sets the per cent for the live heap now, if it moved by more than
