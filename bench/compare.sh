@@ -326,8 +326,9 @@ run_one() {
 # ---- table: median per (workload, target, metric), ratio to the best peer
 #
 # Lines are grouped by the -w entries: a line "workload=W clients=N" belongs
-# to the group W@N if that entry is listed, else to the plain group W. So files
-# saved before NAME@N existed (or with other counts) fall into the plain groups.
+# to the group W@N if that entry is listed, else to the plain group W if N is
+# that group's count (-c, or else W's default), else to no group: a saved
+# put@1 line does not land among the 32-client puts of "-w put".
 
 # header FILE: the table's first line. A saved file (-R) is described by
 # what its lines say (runs = most lines of one target, workload and client
@@ -360,12 +361,18 @@ report() {
 	echo
 	header "$1"
 	if [[ -n ${UNAVAILABLE:-} ]]; then echo "unavailable:${UNAVAILABLE}"; fi
-	awk -v workloads="$WORKLOADS" '
+	awk -v workloads="$WORKLOADS" -v clients="$CLIENTS" '
 function med(key,   n, i, j, t, a) {
 	n = split(vals[key], a, " ")
 	if (n == 0 || vals[key] == "") return ""
 	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
 	return (n % 2) ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
+}
+# plain(w): the client count of the plain group w (loadkit'"'"'s defaults).
+function plain(w) {
+	if (clients > 0) return clients
+	if (w == "lock-contend" || w == "put" || w == "get-consistent" || w == "sessions-keepalive") return 32
+	return 8
 }
 BEGIN {
 	nw = split(workloads, wl, ",")
@@ -376,6 +383,7 @@ BEGIN {
 	for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
 	w = f["workload"]; t = f["target"]
 	g = (f["clients"] != "" && ((w "@" f["clients"]) in listed)) ? w "@" f["clients"] : w
+	if (g == w && f["clients"] != "" && f["clients"] != plain(w)) next
 	if (f["failed"] == 1) { failed[g "|" t]++; next }
 	if (w == "sessions-keepalive") {
 		if (f["sessions"] > 0 && f["rss_delta_mib"] != "") f["mib_per_10k"] = f["rss_delta_mib"] * 10000 / f["sessions"]

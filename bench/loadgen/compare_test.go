@@ -24,21 +24,25 @@ result target=holdfast workload=put clients=32 duration_s=10.00 rate=140 p50_ms=
 result target=etcd workload=put clients=32 duration_s=10.00 rate=70 p50_ms=2 p99_ms=9
 `
 
-// compareTable runs compare.sh -R on files and returns its table's lines by
-// "workload metric".
+// compareTable runs compare.sh -R on the files (a leading "-w", LIST pair
+// is passed on) and returns its table's put lines by metric.
 func compareTable(t *testing.T, files ...string) map[string][]string {
 	t.Helper()
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
 	}
-	out, err := exec.Command("bash", "../compare.sh", "-R", strings.Join(files, ",")).CombinedOutput()
+	args := []string{"../compare.sh"}
+	if len(files) > 2 && files[0] == "-w" {
+		args, files = append(args, "-w", files[1]), files[2:]
+	}
+	out, err := exec.Command("bash", append(args, "-R", strings.Join(files, ","))...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("compare.sh -R: %v\n%s", err, out)
 	}
 	rows := map[string][]string{}
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 3 && f[0] == "put" {
+		if len(f) >= 3 && (f[0] == "put" || f[0] == "put@1") {
 			// "rate/s", or "p99" "ms": the metric name is one or two words.
 			name, rest := f[1], f[2:]
 			if rest[0] == "ms" {
@@ -81,5 +85,29 @@ func TestCompareReportCountsRunsWon(t *testing.T) {
 				t.Errorf("%d file(s), put %s: got %q, want %q", len(tc.files), metric, got, want)
 			}
 		}
+	}
+}
+
+// TestCompareReportKeepsClientCountsApart: a saved line with a client count
+// that is neither a listed NAME@N nor the plain group's count is left out,
+// so that put@1 lines in a file do not pool into "-w put".
+func TestCompareReportKeepsClientCountsApart(t *testing.T) {
+	one := `result target=holdfast workload=put clients=1 duration_s=10.00 rate=5 p50_ms=7 p99_ms=70
+result target=etcd workload=put clients=1 duration_s=10.00 rate=4 p50_ms=8 p99_ms=80
+result target=zk workload=put clients=1 duration_s=10.00 rate=3 p50_ms=9 p99_ms=90
+`
+	p := filepath.Join(t.TempDir(), "mixed.txt")
+	if err := os.WriteFile(p, []byte(compareLines+one+one+one), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rows := compareTable(t, "-w", "put", p)
+	want := []string{"130", "60", "110", "110", "1.18", "2/3"}
+	if got := rows["rate/s"]; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("-w put over 32- and 1-client lines: rate row %q, want %q (the 32-client runs alone)", got, want)
+	}
+	rows = compareTable(t, "-w", "put@1", p)
+	want = []string{"5", "4", "3", "4", "1.25", "3/3"}
+	if got := rows["rate/s"]; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("-w put@1: rate row %q, want %q", got, want)
 	}
 }
