@@ -51,8 +51,7 @@ type heapFloor struct {
 	mu    sync.Mutex      // guards cur and stop
 	cur   int
 	stop  bool
-	seen  func()             // tests: called after each adjustment
-	arm   func(h *heapFloor) // re-arms the finalizer (armFloor)
+	seen  func() // tests: called after each adjustment
 }
 
 // adjust sets the per cent for the live heap now, if it moved by more than
@@ -101,7 +100,7 @@ func startHeapFloor(floor uint64) (stop func()) {
 	if floor == 0 || base < 0 || floorActive != nil {
 		return func() {}
 	}
-	h := &heapFloor{floor: floor, base: base, cur: base, live: liveHeap, set: debug.SetGCPercent, arm: armFloor}
+	h := &heapFloor{floor: floor, base: base, cur: base, live: liveHeap, set: debug.SetGCPercent}
 	floorActive = h
 	h.adjust()
 	armFloor(h)
@@ -121,7 +120,7 @@ type floorMark struct{ _ [16]byte }
 func armFloor(h *heapFloor) {
 	runtime.SetFinalizer(new(floorMark), func(*floorMark) {
 		if h.adjust() {
-			h.arm(h)
+			armFloor(h)
 		}
 	})
 }

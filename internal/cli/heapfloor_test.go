@@ -66,8 +66,7 @@ func TestHeapFloorFollowsCollections(t *testing.T) {
 	var sets []int
 	h := &heapFloor{floor: 1 << 40, base: 100, cur: 100, live: liveHeap,
 		set:  func(p int) int { sets = append(sets, p); return 0 },
-		seen: func() { seen <- struct{}{} },
-		arm:  armFloor}
+		seen: func() { seen <- struct{}{} }}
 	armFloor(h)
 	defer h.halt()
 	deadline := time.After(30 * time.Second) // a failure guard, not a timing assertion
