@@ -368,7 +368,8 @@ function med(key,   n, i, j, t, a) {
 	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
 	return (n % 2) ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
 }
-# plain(w): the client count of the plain group w (loadkit'"'"'s defaults).
+# plain(w): the client count of the plain group w: -c, or else the default
+# of bench/loadkit/config.go (keep the two in step).
 function plain(w) {
 	if (clients > 0) return clients
 	if (w == "lock-contend" || w == "put" || w == "get-consistent" || w == "sessions-keepalive") return 32
