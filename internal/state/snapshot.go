@@ -203,19 +203,24 @@ func (s *Store) Reap(idx uint64, now time.Time, upTo uint64) {
 }
 
 func (tx *wtx) reap(upTo uint64) {
-	// The survivors go into a new tree, in key order and in place (one
-	// owner): linear in the tombstones, where removing each dead one would
-	// copy a path of the tree per tombstone.
+	// The survivors go into a new tree, in key order and in place (the
+	// transaction's own nodes): linear in the tombstones, where removing
+	// each dead one would copy a path of the tree per tombstone. A reap
+	// with none to drop (an idle store) builds nothing.
 	t := tx.kvt()
-	var kept cowTree[*tombstone]
-	own := newOwner()
+	dead := false
 	t.Graves.each(func(g *tombstone) bool {
-		if g.Index > upTo {
-			kept = kept.withOwned(g, own)
-		}
-		return true
+		dead = g.Index <= upTo
+		return !dead
 	})
-	if kept.Len() != t.Graves.Len() {
+	if dead {
+		var kept cowTree[*tombstone]
+		t.Graves.each(func(g *tombstone) bool {
+			if g.Index > upTo {
+				kept = kept.withOwned(g, tx.kvOwn)
+			}
+			return true
+		})
 		t.Graves = kept
 		tx.kvDirty = true
 	}
