@@ -93,8 +93,7 @@ var (
 // so only the first of several agents in one process (tests) sets it; the
 // others get a no-op. A floor of 0, or GOGC=off, leaves the collector alone.
 func startHeapFloor(floor uint64) (stop func()) {
-	base := debug.SetGCPercent(100)
-	debug.SetGCPercent(base)
+	base := gcPercent()
 	floorMu.Lock()
 	defer floorMu.Unlock()
 	if floor == 0 || base < 0 || floorActive != nil {
@@ -123,6 +122,17 @@ func armFloor(h *heapFloor) {
 			armFloor(h)
 		}
 	})
+}
+
+// gcPercent reads GOGC's per cent as the runtime has it (-1 for off),
+// without setting it.
+func gcPercent() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 100
+	}
+	return int(int64(s[0].Value.Uint64()))
 }
 
 // liveHeap reads what the collector's goal grows from: the bytes marked
