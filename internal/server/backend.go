@@ -163,8 +163,9 @@ func (s *Server) SessionCreate(ctx context.Context, in *state.Session) (string, 
 			return "", fmt.Errorf("%w: Session TTL '%s' invalid: %v", state.ErrInvalidRequest, sess.TTL, err)
 		}
 		if d != 0 && (d < s.cfg.SessionTTLMin || d > s.cfg.SessionTTLMax) {
-			return "", fmt.Errorf("%w: Invalid Session TTL '%s', must be between [%v=%v]",
-				state.ErrInvalidRequest, sess.TTL, s.cfg.SessionTTLMin, s.cfg.SessionTTLMax)
+			// Consul prints the TTL in nanoseconds here (spec section 3).
+			return "", fmt.Errorf("%w: Invalid Session TTL '%d', must be between [%v=%v]",
+				state.ErrInvalidRequest, d, s.cfg.SessionTTLMin, s.cfg.SessionTTLMax)
 		}
 		if d == 0 {
 			sess.TTL = ""

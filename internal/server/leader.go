@@ -6,6 +6,7 @@ import (
 
 	"github.com/holdfast/holdfast/internal/fsm"
 	"github.com/holdfast/holdfast/internal/state"
+	"github.com/holdfast/holdfast/internal/watch"
 )
 
 // monitorLeadership starts the leader duties when this server gains
@@ -79,25 +80,33 @@ func (s *Server) leaderLoop(ctx context.Context) {
 	}
 
 	s.resetSessionTimers()
-	for ctx.Err() == nil {
-		if err := s.registerSelf(); err == nil {
-			break
-		} else {
-			s.log.Warn("registering this node in the catalog failed; retrying", "error", err)
-		}
-		if !s.sleep(ctx, time.Second) {
-			return
-		}
-	}
 
 	// Reaping: tombstones older than one interval and ended lock-delays.
+	// And this server's own node stays in the catalog with a passing
+	// serfHealth check whatever is done to it through the catalog API:
+	// gossip does not reconcile it, and without it every session created
+	// with defaults is refused. Consul's agent puts it back by anti-entropy
+	// within a minute; here a watch on the node and its checks puts it back
+	// at once.
 	t := s.clk.NewTimer(s.cfg.ReapInterval)
 	defer t.Stop()
 	var prev uint64
 	for {
+		wctx, stopWatch := context.WithCancel(ctx)
+		changed := s.watchSelf(wctx)
+		if err := s.registerSelf(); err != nil {
+			s.log.Warn("registering this node in the catalog failed; retrying", "error", err)
+			stopWatch()
+			if !s.sleep(ctx, time.Second) {
+				return
+			}
+			continue
+		}
 		select {
 		case <-ctx.Done():
+			stopWatch()
 			return
+		case <-changed:
 		case <-t.C():
 			if prev > 0 {
 				if _, err := s.apply(fsm.TypeReap, fsm.Reap{TombstonesUpTo: prev}); err != nil {
@@ -107,7 +116,19 @@ func (s *Server) leaderLoop(ctx context.Context) {
 			prev = s.raft.AppliedIndex()
 			t.Reset(s.cfg.ReapInterval)
 		}
+		stopWatch()
 	}
+}
+
+// watchSelf returns a channel that is sent to (or closed) when this
+// server's node or one of its checks changes in the catalog, or the state
+// is replaced by a snapshot, until ctx ends.
+func (s *Server) watchSelf(ctx context.Context) <-chan error {
+	ws := watch.NewSet()
+	st := s.fsm.State()
+	st.NodeInfo(ws, s.cfg.NodeName)
+	st.NodeChecks(ws, s.cfg.NodeName)
+	return ws.WatchCh(ctx)
 }
 
 // sleep waits d on the server's clock; false if ctx ended first.

@@ -238,8 +238,8 @@ func TestSessionCreateValidation(t *testing.T) {
 	}{
 		{state.Session{Behavior: "explode"}, "Invalid Behavior setting 'explode'"},
 		{state.Session{TTL: "ten"}, "Session TTL 'ten' invalid"},
-		{state.Session{TTL: "5s"}, "Invalid Session TTL '5s'"},
-		{state.Session{TTL: "25h"}, "Invalid Session TTL '25h'"},
+		{state.Session{TTL: "5s"}, "Invalid Session TTL '5000000000'"},
+		{state.Session{TTL: "25h"}, "Invalid Session TTL '90000000000000'"},
 		{state.Session{Node: "nope"}, "Missing node registration"},
 		{state.Session{NodeChecks: []string{"nope"}}, "Missing check 'nope' registration"},
 	} {
@@ -339,4 +339,56 @@ func TestRestartReplaysJSONAndBinaryKVEntries(t *testing.T) {
 			t.Fatalf("after replay: entry %d = %+v, want key %q", i, got[i], k)
 		}
 	}
+}
+
+// The server's own node is kept in the catalog with a passing serfHealth
+// check whatever the catalog API does to it: without it every session
+// created with defaults would be refused until the next leader change.
+// The sessions bound to it are still invalidated by the change itself.
+func TestOwnNodeComesBack(t *testing.T) {
+	s := newTestServer(t, "", clocktest.NewFake(epoch))
+	ctx := context.Background()
+	waitSelf := func(what string) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := s.WaitForSelfRegistration(wctx); err != nil {
+			t.Fatalf("after %s: %v", what, err)
+		}
+		c := s.State().Check("node1", state.SerfCheckID)
+		for c == nil || c.Status != state.HealthPassing {
+			ws := watch.NewSet()
+			s.State().NodeChecks(ws, "node1")
+			if err := ws.WatchCtx(wctx); err != nil {
+				t.Fatalf("after %s: serfHealth is %+v", what, c)
+			}
+			c = s.State().Check("node1", state.SerfCheckID)
+		}
+		if _, err := s.SessionCreate(ctx, &state.Session{NodeChecks: []string{state.SerfCheckID}}); err != nil {
+			t.Fatalf("after %s: a session with defaults: %v", what, err)
+		}
+	}
+
+	bound := state.Session{NodeChecks: []string{state.SerfCheckID}} // the HTTP API's default
+	id := mustSession(t, s, bound)
+	if err := s.Deregister(ctx, &state.DeregisterRequest{Node: "node1"}); err != nil {
+		t.Fatal(err)
+	}
+	waitSessionGone(t, s, id)
+	waitSelf("the node was deregistered")
+
+	id = mustSession(t, s, bound)
+	if err := s.Deregister(ctx, &state.DeregisterRequest{Node: "node1", CheckID: state.SerfCheckID}); err != nil {
+		t.Fatal(err)
+	}
+	waitSessionGone(t, s, id)
+	waitSelf("serfHealth was deregistered")
+
+	id = mustSession(t, s, bound)
+	if err := s.Register(ctx, &state.RegisterRequest{Node: "node1", Address: "127.0.0.1", SkipNodeUpdate: true,
+		Check: &state.HealthCheck{CheckID: state.SerfCheckID, Name: "Serf Health Status", Status: state.HealthCritical}}); err != nil {
+		t.Fatal(err)
+	}
+	waitSessionGone(t, s, id)
+	waitSelf("serfHealth was set critical")
 }
