@@ -67,6 +67,11 @@ func runSessionCreate(ctx context.Context, stdio Stdio, args []string) error {
 	if *noChecks && len(checks) > 0 {
 		return fail(stdio, "Error! Cannot specify both -check and -no-checks")
 	}
+	if lockDelay.set && lockDelay.d < 0 {
+		// The API refuses a negative LockDelay; the client library would
+		// send it as 0, silently turning lock-delay off.
+		return fail(stdio, fmt.Sprintf("Error! Invalid -lock-delay %s: must not be negative (0 turns lock-delay off)", lockDelay.d))
+	}
 	client, err := hf.client(stdio)
 	if err != nil {
 		return connectError(stdio, err)
@@ -75,9 +80,9 @@ func runSessionCreate(ctx context.Context, stdio Stdio, args []string) error {
 	se := &api.SessionEntry{Name: *name, Node: *node, TTL: *ttl, Behavior: *behavior}
 	if lockDelay.set {
 		se.LockDelay = lockDelay.d
-		if se.LockDelay <= 0 {
-			// api sends a negative LockDelay as 0; a zero one it leaves out
-			// (server default). The user asked for none.
+		if se.LockDelay == 0 {
+			// api leaves a zero LockDelay out (server default: 15s) and
+			// sends a negative one as 0. The user asked for none.
 			se.LockDelay = -1
 		}
 	}

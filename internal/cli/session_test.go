@@ -128,3 +128,21 @@ func TestSessionList(t *testing.T) {
 			wantErr: "Error querying Consul agent: Unexpected response code: 500 (No cluster leader)\n", wantCode: 1},
 	})
 }
+
+// A negative -lock-delay was taken as "no lock-delay" and the session was
+// created: bad input accepted, where the HTTP API refuses a negative
+// LockDelay with a 400. The command must refuse it before sending
+// anything.
+func TestSessionCreateNegativeLockDelay(t *testing.T) {
+	for _, v := range []string{"-5s", "-1ns"} {
+		a := newAgentStub(t, answer{body: `{"ID":"62666b3e-bab8-f381-a0dc-b9007bf11168"}`})
+		out, errs, code := runCLI(t, a, []string{"session", "create", "-lock-delay=" + v}, "")
+		want := "Error! Invalid -lock-delay " + v + ": must not be negative (0 turns lock-delay off)\n"
+		if code != 1 || out != "" || errs != want {
+			t.Errorf("-lock-delay=%s: exit %d, stdout %q, stderr %q; want exit 1 and %q", v, code, out, errs, want)
+		}
+		if reqs := a.seen(); len(reqs) != 0 {
+			t.Errorf("-lock-delay=%s: sent %q", v, reqs)
+		}
+	}
+}

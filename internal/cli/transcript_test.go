@@ -281,3 +281,24 @@ func (sr *seedReplay) expire(seedID string, ttl time.Duration) {
 	}
 	sr.t.Fatalf("session %s still exists after 100 blocking queries", seedID)
 }
+
+// Spec section 3 (and section 8.7, "replicate"): the TTL range error
+// prints the TTL as an integer number of nanoseconds, "Invalid Session
+// TTL '5000000000', must be between [10s=24h0m0s]", through the real
+// server as through the stubs (the server used to print the TTL as given,
+// '5s').
+func TestSessionCreateTTLRangeMessage(t *testing.T) {
+	sr := &seedReplay{t: t, srv: servertest.New(t, servertest.Options{}), ids: map[string]string{}}
+	for _, c := range []struct{ ttl, ns string }{
+		{"5s", "5000000000"},
+		{"9999ms", "9999000000"},
+		{"25h", "90000000000000"},
+	} {
+		out, errs, code := sr.run("session", "create", "-ttl", c.ttl)
+		want := "Error! Failed to create session: Unexpected response code: 400 (Invalid Session TTL '" + c.ns +
+			"', must be between [10s=24h0m0s])\n"
+		if code != 1 || out != "" || errs != want {
+			t.Errorf("-ttl %s: exit %d, stdout %q\nstderr %q\nwant   %q", c.ttl, code, out, errs, want)
+		}
+	}
+}

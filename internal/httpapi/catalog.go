@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"net/http"
+	"strings"
 
 	"github.com/holdfast/holdfast/internal/state"
 	"github.com/holdfast/holdfast/internal/watch"
@@ -39,6 +40,10 @@ func (h *handler) catalogRegister(w http.ResponseWriter, r *http.Request, _ stri
 	if in.Node == "" {
 		return invalidf("Must provide node")
 	}
+	dc, err := h.bodyDatacenter(in.Datacenter)
+	if err != nil {
+		return err
+	}
 	if in.Address == "" && !in.SkipNodeUpdate {
 		return invalidf("Must provide address if SkipNodeUpdate is not set")
 	}
@@ -48,7 +53,7 @@ func (h *handler) catalogRegister(w http.ResponseWriter, r *http.Request, _ stri
 		}
 	}
 	req := &state.RegisterRequest{
-		Node: in.Node, ID: in.ID, Address: in.Address, Datacenter: in.Datacenter,
+		Node: in.Node, ID: in.ID, Address: in.Address, Datacenter: dc,
 		TaggedAddresses: in.TaggedAddresses, NodeMeta: in.NodeMeta,
 		Service: in.Service, Check: in.Check, SkipNodeUpdate: in.SkipNodeUpdate,
 	}
@@ -68,7 +73,10 @@ func (h *handler) catalogDeregister(w http.ResponseWriter, r *http.Request, _ st
 	if err != nil {
 		return err
 	}
-	var in state.DeregisterRequest
+	var in struct {
+		Datacenter string
+		state.DeregisterRequest
+	}
 	if len(bytes.TrimSpace(body)) > 0 {
 		if err := decodeStrict(body, &in); err != nil {
 			return invalidf("Request decode failed: %v", err)
@@ -77,18 +85,49 @@ func (h *handler) catalogDeregister(w http.ResponseWriter, r *http.Request, _ st
 	if in.Node == "" {
 		return invalidf("Must provide node")
 	}
+	if _, err := h.bodyDatacenter(in.Datacenter); err != nil {
+		return err
+	}
 	if in.CheckID != "" && in.ServiceID != "" {
 		return invalidf("Give CheckID or ServiceID, not both")
 	}
-	if err := h.b.Deregister(r.Context(), &in); err != nil {
+	if err := h.b.Deregister(r.Context(), &in.DeregisterRequest); err != nil {
 		return err
 	}
 	return writeJSON(w, r, true)
 }
 
+// bodyDatacenter checks the Datacenter a request body names. None, or
+// this server's in any case, means this server's, which it returns; any
+// other is refused, as ?dc is: holdfast serves one datacenter and cannot
+// forward, and quietly applying the request here would change the wrong
+// catalog.
+func (h *handler) bodyDatacenter(dc string) (string, error) {
+	own := h.b.Datacenter()
+	if dc == "" || strings.EqualFold(dc, own) {
+		return own, nil
+	}
+	return "", invalidf("Unknown datacenter %q: this server only serves %q", dc, own)
+}
+
+// withDatacenter returns n with this server's datacenter filled in when
+// the node was stored without one, as Consul always prints it; n itself
+// is not modified.
+func (h *handler) withDatacenter(n *state.Node) *state.Node {
+	if n == nil || n.Datacenter != "" {
+		return n
+	}
+	nn := *n
+	nn.Datacenter = h.b.Datacenter()
+	return &nn
+}
+
 func (h *handler) catalogNodes(w http.ResponseWriter, r *http.Request, _ string) error {
 	ro, err := h.parseRead(r.URL.Query())
 	if err != nil {
+		return err
+	}
+	if err := refuseFilter(r); err != nil {
 		return err
 	}
 	nodes, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.Node) {
@@ -97,10 +136,11 @@ func (h *handler) catalogNodes(w http.ResponseWriter, r *http.Request, _ string)
 	if err != nil {
 		return err
 	}
-	if nodes == nil {
-		nodes = []*state.Node{}
+	out := make([]*state.Node, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, h.withDatacenter(n))
 	}
-	return writeJSON(w, r, nodes)
+	return writeJSON(w, r, out)
 }
 
 // nodeServiceJSON is a service as /v1/catalog/node/<n> prints it (Consul's
@@ -131,6 +171,9 @@ func (h *handler) catalogNode(w http.ResponseWriter, r *http.Request, name strin
 	if name == "" {
 		return invalidf("Missing node name")
 	}
+	if err := refuseFilter(r); err != nil {
+		return err
+	}
 	var node *state.Node
 	var svcs []*state.Service
 	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
@@ -144,7 +187,7 @@ func (h *handler) catalogNode(w http.ResponseWriter, r *http.Request, name strin
 	if node == nil {
 		return writeJSON(w, r, nil)
 	}
-	out := &nodeServicesJSON{Node: node, Services: map[string]*nodeServiceJSON{}}
+	out := &nodeServicesJSON{Node: h.withDatacenter(node), Services: map[string]*nodeServiceJSON{}}
 	for _, s := range svcs {
 		tags := s.Tags
 		if tags == nil {
@@ -163,6 +206,9 @@ func (h *handler) healthNode(w http.ResponseWriter, r *http.Request, name string
 	}
 	if name == "" {
 		return invalidf("Missing node name")
+	}
+	if err := refuseFilter(r); err != nil {
+		return err
 	}
 	checks, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.HealthCheck) {
 		return s.NodeChecks(ws, name)

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -92,4 +93,64 @@ func TestAgentAndStatus(t *testing.T) {
 	}
 	e.do("GET", "/v1/status/leader", "").want(t, 200, `"127.0.0.1:8300"`)
 	e.do("GET", "/v1/status/peers", "").want(t, 200, `["127.0.0.1:8300"]`)
+}
+
+// The README promises that ?filter is refused rather than ignored, and
+// /v1/catalog/services, /v1/health/service and /v1/health/state do refuse
+// it. The node listings answered 200 with everything, so a client asking
+// for a subset got what it meant to exclude.
+func TestCatalogNodeReadsRefuseFilter(t *testing.T) {
+	e := newEnv(t)
+	const want = "Filter expressions (?filter=) are not supported by holdfast"
+	for _, p := range []string{
+		"/v1/catalog/nodes?filter=Node%3D%3Dother",
+		"/v1/catalog/node/" + testNode + "?filter=Service%3D%3Dweb",
+		"/v1/health/node/" + testNode + "?filter=Status%3D%3Dcritical",
+	} {
+		r := e.do("GET", p, "")
+		if r.Code != 400 || r.Body != want {
+			t.Errorf("GET %s: %d %q, want 400 %q", p, r.Code, r.Body, want)
+		}
+	}
+	// An empty filter is no filter.
+	e.do("GET", "/v1/catalog/nodes?filter=", "").want(t, 200, "*")
+}
+
+// A registration or deregistration body names its datacenter. ?dc=other
+// is refused with 400, but "Datacenter":"other" in the body was stored as
+// is (register) or ignored (deregister), so a deregistration meant for
+// another datacenter removed the local node of that name, with its
+// sessions. Consul fills in its own datacenter when none is given and
+// forwards the rest; holdfast serves one datacenter and must refuse them.
+func TestCatalogBodyDatacenter(t *testing.T) {
+	e := newEnv(t)
+	const unknown = `Unknown datacenter "dc9": this server only serves "dc1"`
+	e.do("PUT", "/v1/catalog/register", `{"Node":"far","Address":"10.0.0.9","Datacenter":"dc9"}`).want(t, 400, unknown)
+	e.do("GET", "/v1/catalog/node/far", "").want(t, 200, "null")
+
+	// No datacenter, or ours in any case: the node is ours, and says so.
+	e.do("PUT", "/v1/catalog/register", `{"Node":"web1","Address":"10.0.0.1"}`).want(t, 200, "true")
+	e.do("PUT", "/v1/catalog/register", `{"Node":"web2","Address":"10.0.0.2","Datacenter":"DC1"}`).want(t, 200, "true")
+	var nodes []struct{ Node, Datacenter string }
+	e.do("GET", "/v1/catalog/nodes", "").want(t, 200, "*").json(t, &nodes)
+	for _, n := range nodes {
+		if n.Datacenter != testDC {
+			t.Errorf("node %s: Datacenter %q, want %q", n.Node, n.Datacenter, testDC)
+		}
+	}
+	var ns struct{ Node struct{ Datacenter string } }
+	e.do("GET", "/v1/catalog/node/web1", "").want(t, 200, "*").json(t, &ns)
+	if ns.Node.Datacenter != testDC {
+		t.Errorf("catalog/node/web1: Datacenter %q, want %q", ns.Node.Datacenter, testDC)
+	}
+
+	// A deregistration for another datacenter must not touch ours.
+	id := e.createSession(`{"Node":"web1","NodeChecks":[]}`)
+	e.do("PUT", "/v1/catalog/deregister", `{"Node":"web1","Datacenter":"dc9"}`).want(t, 400, unknown)
+	e.do("GET", "/v1/catalog/node/web1", "").want(t, 200, "*")
+	if r := e.do("GET", "/v1/session/info/"+id, ""); !strings.Contains(r.Body, id) {
+		t.Fatalf("the session on web1 was invalidated: %s", r.Body)
+	}
+	e.do("PUT", "/v1/catalog/deregister", `{"Node":"web1","Datacenter":"dc1"}`).want(t, 200, "true")
+	e.do("GET", "/v1/catalog/node/web1", "").want(t, 200, "null")
 }

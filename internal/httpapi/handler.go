@@ -261,6 +261,12 @@ func query(r *http.Request) url.Values {
 // writeJSON writes v as JSON with status 200: compact, or indented by four
 // spaces with a trailing newline under ?pretty (as Consul does).
 func writeJSON(w http.ResponseWriter, r *http.Request, v interface{}) error {
+	return writeJSONStatus(w, r, http.StatusOK, v)
+}
+
+// writeJSONStatus is writeJSON with another status (a transaction's 409
+// carries JSON too).
+func writeJSONStatus(w http.ResponseWriter, r *http.Request, status int, v interface{}) error {
 	var buf []byte
 	var err error
 	if b, ok := v.(bool); ok {
@@ -285,14 +291,18 @@ func writeJSON(w http.ResponseWriter, r *http.Request, v interface{}) error {
 	if err != nil {
 		return err
 	}
-	return sendJSON(w, buf)
+	return sendJSONStatus(w, status, buf)
 }
 
 // sendJSON answers 200 with buf, a JSON body. The handlers that encode
 // their answer themselves end here too.
 func sendJSON(w http.ResponseWriter, buf []byte) error {
+	return sendJSONStatus(w, http.StatusOK, buf)
+}
+
+func sendJSONStatus(w http.ResponseWriter, status int, buf []byte) error {
 	w.Header()["Content-Type"] = hvJSON
-	w.WriteHeader(http.StatusOK)
+	w.WriteHeader(status)
 	_, _ = w.Write(buf)
 	return nil
 }

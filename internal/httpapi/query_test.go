@@ -103,3 +103,27 @@ func TestFence(t *testing.T) {
 	e.do("PUT", "/v1/session/destroy/"+s2, "").want(t, 200, "true")
 	recv(t, ch).want(t, 200, `{"Valid":false,"Session":"","LockIndex":2}`)
 }
+
+// Consul refuses a prepared query whose Name is the ID of another query
+// ("name '<n>' aliases an existing query ID"): queries are looked up by ID
+// or name, and such a name could never be reached by name. holdfast
+// accepted it.
+func TestQueryNameAliasingAnID(t *testing.T) {
+	e := newEnv(t)
+	var first struct{ ID string }
+	e.do("POST", "/v1/query", `{"Name":"orig","Service":{"Service":"web"}}`).want(t, 200, "*").json(t, &first)
+	want := "Name '" + first.ID + "' aliases an existing query ID"
+	e.do("POST", "/v1/query", `{"Name":"`+first.ID+`","Service":{"Service":"evil"}}`).want(t, 400, want)
+
+	var second struct{ ID string }
+	e.do("POST", "/v1/query", `{"Name":"other","Service":{"Service":"web"}}`).want(t, 200, "*").json(t, &second)
+	e.do("PUT", "/v1/query/"+second.ID, `{"Name":"`+first.ID+`","Service":{"Service":"web"}}`).want(t, 400, want)
+	// A query may carry its own ID as its name.
+	e.do("PUT", "/v1/query/"+first.ID, `{"Name":"`+first.ID+`","Service":{"Service":"web"}}`).want(t, 200, "")
+
+	var list []struct{ ID, Name string }
+	e.do("GET", "/v1/query", "").want(t, 200, "*").json(t, &list)
+	if len(list) != 2 {
+		t.Fatalf("queries %+v, want 2", list)
+	}
+}

@@ -142,14 +142,10 @@ func (h *handler) txn(w http.ResponseWriter, r *http.Request, _ string) error {
 		return err
 	}
 	if len(errs) > 0 {
-		buf, err := json.Marshal(&txnResponse{Errors: errs})
-		if err != nil {
-			return err
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusConflict)
-		_, _ = w.Write(buf)
-		return nil
+		// A rolled-back transaction answers 409 with the same JSON
+		// conventions as any other answer, ?pretty included (Consul
+		// encodes its conflict body with the request's pretty setting).
+		return writeJSONStatus(w, r, http.StatusConflict, &txnResponse{Errors: errs})
 	}
 	return writeTxnResults(w, r, res)
 }

@@ -103,3 +103,35 @@ func TestTxnDecodeErrors(t *testing.T) {
 	e.do("PUT", "/v1/txn", `[{"KV":{"Verb":"get-tree","Key":""}},{"KV":{"Verb":"check-not-exists","Key":"zz"}}]`).
 		want(t, 200, `{"Results":null,"Errors":null}`)
 }
+
+// A rolled-back transaction answers 409 with a JSON body; Consul encodes
+// that body like every other JSON answer, so ?pretty gives four-space
+// indentation and a trailing newline there too (spec §0). holdfast used to
+// write the 409 body compact whatever the query said.
+func TestTxnConflictHonoursPretty(t *testing.T) {
+	e := newEnv(t)
+	body := `[{"KV":{"Verb":"get","Key":"absent"}}]`
+
+	want := `{
+    "Results": null,
+    "Errors": [
+        {
+            "OpIndex": 0,
+            "What": "key \"absent\" doesn't exist"
+        }
+    ]
+}
+`
+	r := e.do("PUT", "/v1/txn?pretty", body).want(t, 409, want)
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("409 Content-Type %q", ct)
+	}
+
+	// Without ?pretty the body stays compact.
+	e.do("PUT", "/v1/txn", body).
+		want(t, 409, `{"Results":null,"Errors":[{"OpIndex":0,"What":"key \"absent\" doesn't exist"}]}`)
+
+	// The 200 answer of the same endpoint already honoured ?pretty; keep
+	// the two in step.
+	e.do("PUT", "/v1/txn?pretty", `[]`).want(t, 200, "{\n    \"Results\": null,\n    \"Errors\": null\n}\n")
+}
