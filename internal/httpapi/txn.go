@@ -113,6 +113,15 @@ func decodeTxn(body []byte, maxValue int64) ([]*state.TxnOp, error) {
 	return ops, nil
 }
 
+func txnReadOnly(ops []*state.TxnOp) bool {
+	for _, op := range ops {
+		if op.KV == nil || !op.KV.Op.ReadOnly() {
+			return false
+		}
+	}
+	return true
+}
+
 func quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
@@ -140,6 +149,12 @@ func (h *handler) txn(w http.ResponseWriter, r *http.Request, _ string) error {
 	res, errs, err := h.b.Txn(r.Context(), ops)
 	if err != nil {
 		return err
+	}
+	if txnReadOnly(ops) {
+		// Consul serves a transaction that only reads as a read, with the
+		// headers of one; this one went through the log, so it is
+		// consistent, and its index is the KV store's.
+		h.setReadHeaders(w, h.b.State().TableIndex("kvs"), modeConsistent)
 	}
 	if len(errs) > 0 {
 		// A rolled-back transaction answers 409 with the same JSON

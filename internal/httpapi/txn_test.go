@@ -135,3 +135,33 @@ func TestTxnConflictHonoursPretty(t *testing.T) {
 	// the two in step.
 	e.do("PUT", "/v1/txn?pretty", `[]`).want(t, 200, "{\n    \"Results\": null,\n    \"Errors\": null\n}\n")
 }
+
+// A transaction that only reads answers with a read's headers, as Consul's
+// does (its client parses them into QueryMeta); one that writes does not.
+func TestTxnReadOnlyHasReadHeaders(t *testing.T) {
+	e := newEnv(t)
+	e.do("PUT", "/v1/kv/a", "1").want(t, 200, "true")
+	r := e.do("GET", "/v1/kv/a", "").want(t, 200, "*")
+	idx := r.Header.Get("X-Consul-Index")
+
+	for _, c := range []struct {
+		body string
+		code int
+	}{
+		{`[{"KV":{"Verb":"get","Key":"a"}},{"KV":{"Verb":"check-not-exists","Key":"b"}}]`, 200},
+		{`[{"KV":{"Verb":"get","Key":"absent"}}]`, 409}, // rolled back, still a read
+	} {
+		body := c.body
+		r := e.do("PUT", "/v1/txn", body).want(t, c.code, "*")
+		if got := r.Header.Get("X-Consul-Index"); got != idx {
+			t.Errorf("%s: X-Consul-Index %q, want %q", body, got, idx)
+		}
+		if r.Header.Get("X-Consul-Knownleader") != "true" || r.Header.Get("X-Consul-Lastcontact") == "" {
+			t.Errorf("%s: headers %v", body, r.Header)
+		}
+	}
+	r = e.do("PUT", "/v1/txn", `[{"KV":{"Verb":"get","Key":"a"}},{"KV":{"Verb":"set","Key":"c","Value":"MQ=="}}]`).want(t, 200, "*")
+	if got := r.Header.Get("X-Consul-Index"); got != "" {
+		t.Errorf("a writing transaction has X-Consul-Index %q", got)
+	}
+}

@@ -32,6 +32,15 @@ const (
 	OpDeleteCAS      KVOp = "delete-cas"
 )
 
+// ReadOnly reports whether the operation only reads or checks the store.
+func (o KVOp) ReadOnly() bool {
+	switch o {
+	case OpGet, OpGetTree, OpCheckIndex, OpCheckSession, OpCheckNotExists, OpCheckLock:
+		return true
+	}
+	return false
+}
+
 // KVRequest is one KV operation. For OpCAS and OpDeleteCAS, Entry.ModifyIndex
 // is the expected index; for OpUnlock a non-zero Entry.LockIndex makes the
 // release conditional on that exact acquisition (a fenced release).
