@@ -95,6 +95,11 @@ func (s *Server) applyKVS(req *state.KVRequest) (*fsm.Result, error) {
 // keeps a crowd of waiters racing for one lock from flooding the log.
 // Only refusals short-circuit: a success is always committed through raft,
 // so a deposed leader can never acknowledge a write that did not happen.
+// A refusal is judged on this server's applied state, which holds every
+// acknowledged write as long as it is the only voter; with several voters
+// a leader cut off from the others could refuse on a stale state until its
+// lease runs out, so a cluster must check its lease (raft's VerifyLeader)
+// before refusing, as consistent reads do.
 func (s *Server) refuseEarly(req *state.KVRequest) (bool, time.Duration, error) {
 	st := s.State()
 	e := &req.Entry
