@@ -23,6 +23,10 @@ var (
 // fairly, the leader holds the key, and everyone can read or observe who
 // leads. A Consul Lock on the same key takes part as just another
 // candidate.
+//
+// Leadership belongs to a session: use one Election per key per session.
+// Two Elections of one session on one key would both be handed the term
+// (as two Locks would, see Lock).
 type Election struct {
 	s   *Session
 	key string

@@ -199,14 +199,18 @@ func (l *Lock) Lock(ctx context.Context) (*Hold, error) {
 	defer stop()
 
 	qkey := l.queueKey()
-	untrusted := l.s.Untrusted()
-	pairs, err := l.joinQueue(ctx, qkey)
+	h, err := func() (*Hold, error) {
+		pairs, err := l.joinQueue(ctx, qkey)
+		if err != nil {
+			return nil, err
+		}
+		return l.waitInQueue(ctx, qkey, pairs)
+	}()
 	if err != nil {
-		return nil, ctxErr(ctx, l.s, err)
-	}
-	h, err := l.waitInQueue(ctx, qkey, pairs, untrusted)
-	if err != nil {
-		// Leave the queue, even though ctx may be over.
+		// Leave the queue, even though ctx may be over. This goes for a
+		// failed join too: the server may have made the entry although
+		// its answer never came, and an entry left behind, owned by a
+		// live session, would be handed the lock by the holder before.
 		cctx, cancel := cleanupCtx(ctx, l.s.clk, l.s.renewTO)
 		l.abandon(cctx, qkey)
 		cancel()
@@ -247,6 +251,11 @@ func (l *Lock) TryLock(ctx context.Context) (*Hold, error) {
 	case err == errDelayUnsaid:
 		return nil, &LockDelayError{Key: l.key}
 	case err != nil:
+		// The acquire may have been applied without our hearing of it:
+		// give the key back if the session has it, since no Hold will.
+		cctx, cancel := cleanupCtx(ctx, l.s.clk, l.s.renewTO)
+		l.abandon(cctx, "")
+		cancel()
 		return nil, ctxErr(ctx, l.s, err)
 	case h != nil:
 		return h, nil
@@ -347,22 +356,15 @@ var errDelayUnsaid = errors.New("recipe: refused for a lock-delay of unknown len
 // the queue, with no predecessor, sleeps on the key while anyone outside
 // the queue (a Consul locker) holds it, and takes it when free.
 //
-// pairs, if not nil, is the key and queue as read when we joined, and
-// untrusted the session's trust from before that read.
-func (l *Lock) waitInQueue(ctx context.Context, qkey string, pairs api.KVPairs, untrusted <-chan struct{}) (*Hold, error) {
+// pairs, if not nil, is the key and queue as read when we joined.
+func (l *Lock) waitInQueue(ctx context.Context, qkey string, pairs api.KVPairs) (*Hold, error) {
 	var errs, unsaid int
 	for {
-		if pairs == nil {
-			// The hold is judged by the trust the session had before
-			// the read that shows it: a Suspended in between loses it
-			// at once.
-			untrusted = l.s.Untrusted()
-		}
 		key, pred, err := l.readQueue(ctx, qkey, pairs)
 		pairs = nil
 		var h *Hold
 		if err == nil {
-			h, err = l.queueStep(ctx, qkey, key, pred, untrusted)
+			h, err = l.queueStep(ctx, qkey, key, pred)
 		}
 		switch {
 		case h != nil:
@@ -389,21 +391,21 @@ func (l *Lock) waitInQueue(ctx context.Context, qkey string, pairs api.KVPairs, 
 
 // queueStep waits once, given the key and our predecessor as just read,
 // and returns the hold, or errAgain (or nil) to read the queue again.
-func (l *Lock) queueStep(ctx context.Context, qkey string, key, pred *api.KVPair, untrusted <-chan struct{}) (*Hold, error) {
+func (l *Lock) queueStep(ctx context.Context, qkey string, key, pred *api.KVPair) (*Hold, error) {
 	switch {
 	case key != nil && key.Flags != LockFlagValue:
 		return nil, ErrLockConflict
 	case key != nil && key.Session == l.s.id:
 		// Handed to us while we were not looking.
-		return l.adopt(ctx, qkey, key, untrusted), nil
+		return l.adopt(ctx, qkey, key), nil
 	case pred == nil:
 		// At the head: nobody of ours holds the key; take it when it
 		// is free.
 		l.tracef("head")
-		return l.takeWhenFree(ctx, qkey, key, untrusted)
+		return l.takeWhenFree(ctx, qkey, key)
 	case key != nil && key.Session == pred.Session:
 		l.tracef("next after %s", strings.TrimPrefix(pred.Key, l.queuePrefix()))
-		return l.waitHandOff(ctx, qkey, key, untrusted)
+		return l.waitHandOff(ctx, qkey, key)
 	}
 	l.tracef("wait for %s", strings.TrimPrefix(pred.Key, l.queuePrefix()))
 	cur, err := l.waitChange(ctx, pred)
@@ -415,7 +417,7 @@ func (l *Lock) queueStep(ctx context.Context, qkey string, key, pred *api.KVPair
 		// transaction, so the key changed no later than the entry):
 		// now we are next.
 		l.tracef("next after %s", strings.TrimPrefix(pred.Key, l.queuePrefix()))
-		return l.waitHandOff(ctx, qkey, &api.KVPair{Key: l.key, Session: pred.Session, ModifyIndex: cur.ModifyIndex}, untrusted)
+		return l.waitHandOff(ctx, qkey, &api.KVPair{Key: l.key, Session: pred.Session, ModifyIndex: cur.ModifyIndex})
 	}
 	return nil, errAgain // a waiter before us left: look again
 }
@@ -430,7 +432,7 @@ func (l *Lock) queueStep(ctx context.Context, qkey string, key, pred *api.KVPair
 // the answer that shows the key handed to us also shows who waits behind
 // us: our Unlock can then hand on without reading the queue again. Only
 // this one waiter sleeps so; it also wakes when waiters join or leave.
-func (l *Lock) waitHandOff(ctx context.Context, qkey string, key *api.KVPair, untrusted <-chan struct{}) (*Hold, error) {
+func (l *Lock) waitHandOff(ctx context.Context, qkey string, key *api.KVPair) (*Hold, error) {
 	holder, idx := key.Session, key.ModifyIndex
 	for {
 		pairs, qm, err := l.kv.List(ctx, l.key, &api.QueryOptions{WaitIndex: idx})
@@ -443,7 +445,7 @@ func (l *Lock) waitHandOff(ctx context.Context, qkey string, key *api.KVPair, un
 		case p != nil && p.Flags != LockFlagValue:
 			return nil, ErrLockConflict
 		case p != nil && p.Session == l.s.id:
-			h := l.adopt(ctx, qkey, p, untrusted)
+			h := l.adopt(ctx, qkey, p)
 			h.next = v.next()
 			return h, nil
 		case p != nil && p.Session == holder:
@@ -463,9 +465,17 @@ func (l *Lock) waitHandOff(ctx context.Context, qkey string, key *api.KVPair, un
 
 // adopt makes a hold of the key p, which the server shows held by our
 // session: handed to us by the previous holder.
-func (l *Lock) adopt(ctx context.Context, qkey string, p *api.KVPair, untrusted <-chan struct{}) *Hold {
+//
+// The hold is judged by the session's trust as it is now, after the read
+// that showed it, not as it was when we began to wait: a waiter may sleep
+// through a Suspended and a Reconnected, and a key handed over then is a
+// hold taken after Reconnected. That is sound because a session the
+// server renewed (Reconnected) was never invalidated, so the key the read
+// shows is ours; and if the session is Suspended now, the channel taken
+// here is already closed and the hold is lost at once.
+func (l *Lock) adopt(ctx context.Context, qkey string, p *api.KVPair) *Hold {
 	l.tracef("handed %d", p.LockIndex)
-	return l.newHold(ctx, qkey, p.LockIndex, p.ModifyIndex, untrusted)
+	return l.newHold(ctx, qkey, p.LockIndex, p.ModifyIndex, l.s.Untrusted())
 }
 
 // readQueue reads the key and its queue in one request (unless pairs is
@@ -579,13 +589,13 @@ func (l *Lock) waitChange(ctx context.Context, p *api.KVPair) (*api.KVPair, erro
 // as last read (nil if absent). It returns errAgain when the queue must be
 // read again: the key was taken by someone else first, or a lock-delay was
 // waited out.
-func (l *Lock) takeWhenFree(ctx context.Context, qkey string, key *api.KVPair, untrusted <-chan struct{}) (*Hold, error) {
+func (l *Lock) takeWhenFree(ctx context.Context, qkey string, key *api.KVPair) (*Hold, error) {
 	for key != nil && key.Session != "" {
 		switch {
 		case key.Flags != LockFlagValue:
 			return nil, ErrLockConflict
 		case key.Session == l.s.id:
-			return l.adopt(ctx, qkey, key, untrusted), nil
+			return l.adopt(ctx, qkey, key), nil
 		}
 		l.tracef("held by %s", key.Session)
 		// Block on the key itself: among holdfast waiters only we do.
@@ -750,7 +760,7 @@ func (h *Hold) watch(ctx context.Context, idx uint64, untrusted <-chan struct{})
 			// Leave the queue now, so the next waiter need not wait for
 			// Unlock to learn that we are gone.
 			if h.queue != "" {
-				l.kv.Delete(ctx, h.queue, nil)
+				h.leaveQueue(ctx)
 			}
 			return
 		}
@@ -759,6 +769,22 @@ func (h *Hold) watch(ctx context.Context, idx uint64, untrusted <-chan struct{})
 		}
 		idx = nextIndex(idx, qm.LastIndex)
 	}
+}
+
+// leaveQueue deletes the hold's queue entry after the hold was lost. Unlock
+// cancels this request when it stops the monitor, and a cancelled request
+// may still reach the server later, after the session has joined the
+// queue again under the same key. So the delete is conditional: only the
+// entry as it is now, still ours and still marked as holding (a new join
+// is not marked until it holds, and every write moves the ModifyIndex the
+// delete is conditioned on).
+func (h *Hold) leaveQueue(ctx context.Context) {
+	l := h.l
+	e, _, err := l.kv.Get(ctx, h.queue, nil)
+	if err != nil || e == nil || e.Session != h.seq.Session || e.Flags != queueHolding {
+		return
+	}
+	l.kv.DeleteCAS(ctx, e, nil)
 }
 
 // Unlock gives the hold up: in one transaction it releases the key,
@@ -871,9 +897,12 @@ func (l *Lock) successor(ctx context.Context, qkey string) *api.KVPair {
 // abandon leaves the queue after Lock gave up waiting. The entry goes
 // first, so that no hand-off can reach us afterwards; one that came
 // before is then found on the key and passed on with a plain release.
+// With qkey "" (TryLock) it only gives back a key the session holds.
 func (l *Lock) abandon(ctx context.Context, qkey string) {
-	if _, err := l.kv.Delete(ctx, qkey, nil); err != nil {
-		return
+	if qkey != "" {
+		if _, err := l.kv.Delete(ctx, qkey, nil); err != nil {
+			return
+		}
 	}
 	p, _, err := l.kv.Get(ctx, l.key, nil)
 	if err != nil || p == nil || p.Session != l.s.id {

@@ -56,11 +56,16 @@ type SemaphoreOptions struct {
 //     blocking read of the prefix and tries again.
 //
 // The session should have Behavior "delete" (as Consul's semaphore
-// sessions do) so that a dead holder's contender key disappears; with
-// "release" it stays, unlocked, and is pruned all the same.
+// sessions do) so that a dead holder's contender key disappears with its
+// session; with "release" the key stays, unlocked: it is pruned all the
+// same, and deleted by the next contender that is granted a slot.
 //
 // Unlike Lock, waiting is not queued: every change under the prefix wakes
 // every waiter, as with Consul's.
+//
+// A slot belongs to a session, not to a Semaphore: use one Semaphore per
+// prefix per session. Two Semaphores of one session on one prefix share
+// its contender entry and its slot, so both get a permit for it.
 type Semaphore struct {
 	s      *Session
 	prefix string
@@ -163,11 +168,16 @@ func (sem *Semaphore) acquire(ctx context.Context, once bool) (*Permit, error) {
 	}
 	ctx, stop := withSession(ctx, sem.s)
 	defer stop()
-	if err := sem.contend(ctx); err != nil {
-		return nil, ctxErr(ctx, sem.s, err)
-	}
-	p, err := sem.wait(ctx, once)
+	p, err := func() (*Permit, error) {
+		if err := sem.contend(ctx); err != nil {
+			return nil, err
+		}
+		return sem.wait(ctx, once)
+	}()
 	if err != nil {
+		// Delete our contender entry, even though ctx may be over. This
+		// goes for a failed contend too: the server may have made the
+		// entry although its answer never came.
 		cctx, cancel := cleanupCtx(ctx, sem.s.clk, sem.s.renewTO)
 		sem.kv.Delete(cctx, sem.contenderKey(), nil)
 		cancel()
@@ -194,13 +204,21 @@ func (sem *Semaphore) contend(ctx context.Context) error {
 // absent), its decoded and pruned value, and whether our contender entry
 // is there.
 func (sem *Semaphore) state(ctx context.Context, q *api.QueryOptions) (*api.KVPair, *semaphoreLock, bool, *api.QueryMeta, error) {
+	lockPair, lk, ours, _, qm, err := sem.read(ctx, q)
+	return lockPair, lk, ours, qm, err
+}
+
+// read is state that also returns the contender entries whose session
+// died (left unlocked by Behavior "release").
+func (sem *Semaphore) read(ctx context.Context, q *api.QueryOptions) (*api.KVPair, *semaphoreLock, bool, []*api.KVPair, *api.QueryMeta, error) {
 	pairs, qm, err := sem.kv.List(ctx, sem.prefix+"/", q)
 	if err != nil {
-		return nil, nil, false, nil, err
+		return nil, nil, false, nil, nil, err
 	}
 	lockPair := &api.KVPair{Key: sem.lockKey(), Flags: SemaphoreFlagValue}
 	alive := map[string]bool{}
 	ours := false
+	var dead []*api.KVPair
 	for _, p := range pairs {
 		if p.Key == sem.lockKey() {
 			lockPair = p
@@ -211,29 +229,33 @@ func (sem *Semaphore) state(ctx context.Context, q *api.QueryOptions) (*api.KVPa
 		if p.Key == sem.contenderKey() && p.Session == sem.s.id {
 			ours = true
 		}
+		if p.Session == "" && p.Key != sem.lockKey() && p.Flags == SemaphoreFlagValue &&
+			!strings.Contains(strings.TrimPrefix(p.Key, sem.prefix+"/"), "/") {
+			dead = append(dead, p)
+		}
 	}
 	if lockPair.Flags != SemaphoreFlagValue {
-		return nil, nil, false, qm, ErrSemaphoreConflict
+		return nil, nil, false, nil, qm, ErrSemaphoreConflict
 	}
 	lk := &semaphoreLock{Limit: sem.limit, Holders: map[string]bool{}}
 	if lockPair.Value != nil {
 		lk = &semaphoreLock{}
 		if err := json.Unmarshal(lockPair.Value, lk); err != nil {
-			return nil, nil, false, qm, fmt.Errorf("lock decoding failed: %w", err)
+			return nil, nil, false, nil, qm, fmt.Errorf("lock decoding failed: %w", err)
 		}
 		if lk.Holders == nil {
 			lk.Holders = map[string]bool{}
 		}
 	}
 	if lk.Limit != sem.limit {
-		return nil, nil, false, qm, fmt.Errorf("semaphore limit conflict (lock: %d, local: %d)", lk.Limit, sem.limit)
+		return nil, nil, false, nil, qm, fmt.Errorf("semaphore limit conflict (lock: %d, local: %d)", lk.Limit, sem.limit)
 	}
 	for h := range lk.Holders {
 		if !alive[h] {
 			delete(lk.Holders, h)
 		}
 	}
-	return lockPair, lk, ours, qm, nil
+	return lockPair, lk, ours, dead, qm, nil
 }
 
 func (sem *Semaphore) wait(ctx context.Context, once bool) (*Permit, error) {
@@ -244,7 +266,7 @@ func (sem *Semaphore) wait(ctx context.Context, once bool) (*Permit, error) {
 		rejoin bool
 	)
 	for {
-		lockPair, lk, ours, qm, err := sem.state(ctx, &api.QueryOptions{WaitIndex: idx})
+		lockPair, lk, ours, dead, qm, err := sem.read(ctx, &api.QueryOptions{WaitIndex: idx})
 		if err == nil && !ours {
 			// Our entry went away (deleted by someone); put it back once.
 			if rejoin {
@@ -303,6 +325,14 @@ func (sem *Semaphore) wait(ctx context.Context, once bool) (*Permit, error) {
 			}
 			idx = 0
 			continue
+		}
+		// The write that pruned dead holders out of .lock is done; now
+		// delete the contender entries they left behind (a session of
+		// Behavior "delete" leaves none). Only the contender that got a
+		// slot does it, so a change that wakes every waiter does not make
+		// each of them write. An entry that changed since the read stays.
+		for _, d := range dead {
+			sem.kv.DeleteCAS(ctx, d, nil)
 		}
 		return sem.granted(ctx, resp.Results[0].KV.ModifyIndex, untrusted), nil
 	}
