@@ -496,56 +496,83 @@ func TestHoldLostWhenKeyChangesHands(t *testing.T) {
 	}
 }
 
-// TestHoldPolicy: under LoseOnSuspended a hold is lost at the first failed
-// renew; under LoseOnLost only at the safe deadline.
+// TestHoldPolicy: under LoseOnSuspended a hold (a lock's or a semaphore
+// permit) is lost at the first failed renew; under LoseOnLost only at the
+// safe deadline, while the server still has the session.
 func TestHoldPolicy(t *testing.T) {
-	for _, policy := range []Policy{LoseOnSuspended, LoseOnLost} {
-		t.Run(policy.String(), func(t *testing.T) {
-			ctx := testCtx(t)
-			srv := newServer(t)
-			proxy := newCutProxy(t, srv.URL)
-			s, err := NewSession(ctx, newClient(t, proxy.srv.Listener.Addr().String()), &SessionOptions{
-				TTL: 10 * time.Second, LockDelay: -1, Policy: policy, Clock: srv.Clock,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close(ctx)
-			events := s.Listen(ctx)
-			<-events
-			h, err := mustLock(t, s, "k", nil).Lock(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			proxy.set("fail")
-			srv.Clock.Advance(5 * time.Second)
-			if ev := <-events; ev.State != Suspended {
-				t.Fatalf("event %v", ev.State)
-			}
-			if policy == LoseOnSuspended {
+	type lossy interface {
+		Lost() <-chan struct{}
+		Err() error
+	}
+	kinds := map[string]func(context.Context, *testing.T, *Session) (lossy, error){
+		"lock": func(ctx context.Context, t *testing.T, s *Session) (lossy, error) {
+			return mustLock(t, s, "k", nil).Lock(ctx)
+		},
+		"permit": func(ctx context.Context, t *testing.T, s *Session) (lossy, error) {
+			return mustSemaphore(t, s, "p", 1).Acquire(ctx)
+		},
+	}
+	for kind, take := range kinds {
+		for _, policy := range []Policy{LoseOnSuspended, LoseOnLost} {
+			t.Run(kind+"/"+policy.String(), func(t *testing.T) {
+				ctx := testCtx(t)
+				srv := newServer(t)
+				proxy := newCutProxy(t, srv.URL)
+				s, err := NewSession(ctx, newClient(t, proxy.srv.Listener.Addr().String()), &SessionOptions{
+					TTL: 10 * time.Second, LockDelay: -1, Policy: policy, Clock: srv.Clock,
+					Behavior: api.SessionBehaviorDelete,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close(ctx)
+				events := s.Listen(ctx)
+				<-events
+				h, err := take(ctx, t, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				proxy.set("fail")
+				srv.Clock.Advance(5 * time.Second)
+				if ev := <-events; ev.State != Suspended {
+					t.Fatalf("event %v", ev.State)
+				}
+				if policy == LoseOnSuspended {
+					select {
+					case <-h.Lost():
+					case <-time.After(bound):
+						t.Fatal("not lost at Suspended")
+					}
+					if h.Err() != ErrUntrusted {
+						t.Fatalf("lost because %v", h.Err())
+					}
+					return
+				}
+				if isClosed(h.Lost()) {
+					t.Fatalf("LoseOnLost: lost at Suspended (%v)", h.Err())
+				}
+				dl := s.Deadline()
+				srv.Clock.Set(dl.Add(-1))
+				s.sync()
+				if isClosed(h.Lost()) {
+					t.Fatal("lost before the deadline")
+				}
+				srv.Clock.Set(dl)
+				if ev := <-events; ev.State != Lost {
+					t.Fatalf("event %v", ev.State)
+				}
 				select {
 				case <-h.Lost():
 				case <-time.After(bound):
-					t.Fatal("hold not lost at Suspended")
+					t.Fatal("not lost at Lost")
 				}
-				if h.Err() != ErrUntrusted {
-					t.Fatalf("lost because %v", h.Err())
+				// The server still has the session: nobody else can have
+				// the key or the slot yet.
+				if se, _, err := srv.c.Session().Info(ctx, s.ID(), nil); err != nil || se == nil {
+					t.Fatalf("the server freed the session before Lost: %v", err)
 				}
-				return
-			}
-			if isClosed(h.Lost()) {
-				t.Fatalf("LoseOnLost: hold lost at Suspended (%v)", h.Err())
-			}
-			srv.Clock.Set(s.Deadline())
-			if ev := <-events; ev.State != Lost {
-				t.Fatalf("event %v", ev.State)
-			}
-			select {
-			case <-h.Lost():
-			case <-time.After(bound):
-				t.Fatal("hold not lost at Lost")
-			}
-		})
+			})
+		}
 	}
 }
 

@@ -218,38 +218,55 @@ func TestSemaphoreNeverOverLimit(t *testing.T) {
 }
 
 // TestSemaphoreDeadHolderPruned: a holder whose session dies loses its
-// permit, and a waiter takes the slot after pruning it.
+// permit, and a waiter takes the slot after pruning it. Its contender entry
+// goes too: with Behavior delete the server deletes it with the session;
+// with release it stays, unlocked, and the contender granted the slot
+// deletes it (else every holder that ever died would stay under the prefix
+// and every contender would read it on every wake-up).
 func TestSemaphoreDeadHolderPruned(t *testing.T) {
-	ctx := testCtx(t)
-	srv := newServer(t)
-	dead, live := semSession(t, srv), semSession(t, srv)
-	pd, err := mustSemaphore(t, dead, "p", 1).Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *Permit, 1)
-	go func() {
-		p, err := mustSemaphore(t, live, "p", 1).Acquire(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- p
-	}()
-	if _, err := srv.c.Session().Destroy(ctx, dead.ID(), nil); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-pd.Lost():
-	case <-time.After(bound):
-		t.Fatal("the dead holder's permit was not lost")
-	}
-	select {
-	case p := <-got:
-		if h := holders(t, srv, "p"); len(h) != 1 || !h[live.ID()] || p.Sequencer().Session != live.ID() {
-			t.Fatalf("holders %v", h)
-		}
-	case <-time.After(bound):
-		t.Fatal("the waiter never took the dead holder's slot")
+	for _, behavior := range []string{api.SessionBehaviorDelete, api.SessionBehaviorRelease} {
+		t.Run(behavior, func(t *testing.T) {
+			ctx := testCtx(t)
+			srv := newServer(t)
+			o := &SessionOptions{Behavior: behavior}
+			dead, live := lockSession(t, srv, o), lockSession(t, srv, o)
+			pd, err := mustSemaphore(t, dead, "p", 1).Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *Permit, 1)
+			go func() {
+				p, err := mustSemaphore(t, live, "p", 1).Acquire(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- p
+			}()
+			if _, err := srv.c.Session().Destroy(ctx, dead.ID(), nil); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-pd.Lost():
+			case <-time.After(bound):
+				t.Fatal("the dead holder's permit was not lost")
+			}
+			var p *Permit
+			select {
+			case p = <-got:
+			case <-time.After(bound):
+				t.Fatal("the waiter never took the dead holder's slot")
+			}
+			if h := holders(t, srv, "p"); len(h) != 1 || !h[live.ID()] || p.Sequencer().Session != live.ID() {
+				t.Fatalf("holders %v", h)
+			}
+			if e, _, err := srv.c.KV().Get(ctx, "p/"+dead.ID(), nil); err != nil || e != nil {
+				t.Errorf("the dead holder's contender entry is still there: %+v %v", e, err)
+			}
+			if err := p.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			pd.Release(ctx)
+		})
 	}
 }
 
