@@ -27,7 +27,9 @@ import (
 // Sequencer names one hold of a lock: the key, the session that holds it,
 // and the key's LockIndex when it was acquired. LockIndex grows with every
 // acquisition, so a sequencer is current only as long as that very hold
-// lasts.
+// lasts. A semaphore permit has one too: the semaphore's .lock key, the
+// session, and in LockIndex the index of the write that granted the
+// permit; the server checks it the same way (docs/compatibility.md).
 type Sequencer struct {
 	Key       string
 	Session   string
@@ -41,11 +43,14 @@ func (s Sequencer) String() string {
 
 // FenceStatus is the server's answer about a sequencer: Valid when the key
 // is held by that session at that LockIndex, and in any case who holds it
-// now ("" and 0 when nobody does or the key is missing).
+// now ("" and 0 when nobody does or the key is missing); for a semaphore
+// permit, Session and LockIndex are the sequencer's own while it is valid.
+// Reason says why a sequencer is not valid.
 type FenceStatus struct {
 	Valid     bool
 	Session   string
 	LockIndex uint64
+	Reason    string
 }
 
 // Fence asks the server whether seq is still current. The check is

@@ -32,11 +32,8 @@
 // resources you write to and have them check it (api.KV.Fence,
 // api.KV.PutFenced): a holder paused past its session cannot be fenced out
 // by any timeout, only by the resource refusing its stale sequencer. The
-// server checks lock holds only, so this goes for a Hold and a Leadership.
-// A Permit's sequencer names the semaphore's .lock key, which no session
-// holds: the server's fence refuses it even while the permit is held, and
-// a resource guarded by a semaphore must compare permits itself (see
-// Permit).
+// server checks a Permit's sequencer too: it names the semaphore's .lock
+// key and the index of the write that granted the permit (see Permit).
 //
 // Holds must be given up explicitly (Unlock, Release, Resign), also after
 // they were lost: that is how a recipe leaves the queue and how a hold the

@@ -119,8 +119,10 @@ type semaphoreLock struct {
 // removed by someone), or the session's policy says its holds are gone.
 // Release closes it too. Its Sequencer is the .lock key, the session, and
 // the .lock key's ModifyIndex right after this permit was recorded in it:
-// a later permit has a larger index. The server's fence (api.KV.Fence)
-// checks lock holds, not permits, so a resource compares these itself.
+// a later permit has a larger index. holdfast's server checks it like a
+// lock's (api.KV.Fence, api.KV.PutFenced): it is current while the session
+// is among the holders in .lock and its contender entry is held and was
+// not written again after the grant (each Acquire writes it first).
 type Permit struct {
 	holding
 	sem *Semaphore

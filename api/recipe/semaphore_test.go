@@ -12,6 +12,7 @@ import (
 	capi "github.com/hashicorp/consul/api"
 
 	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/internal/state"
 )
 
 func semSession(t testing.TB, srv *server) *Session {
@@ -348,5 +349,84 @@ func TestSemaphoreInteropConsul(t *testing.T) {
 	}
 	if err := c2.Destroy(); err != nil {
 		t.Fatalf("Consul's Destroy after holdfast's use: %v", err)
+	}
+}
+
+// TestPermitFenced: the server checks a permit's sequencer as it checks a
+// lock's. It is current while the permit is held; after Release it is
+// not, nor after the same session acquires a new permit (whose own
+// sequencer is); and not once the session has ended.
+func TestPermitFenced(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	kv := srv.c.KV()
+	a, b := semSession(t, srv), semSession(t, srv)
+	semA := mustSemaphore(t, a, "jobs", 2)
+	fenced := func(seq Sequencer, v string) bool {
+		t.Helper()
+		ok, _, err := kv.PutFenced(ctx, &api.KVPair{Key: "jobs-out", Value: []byte(v)}, seq, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _, err := kv.Fence(ctx, seq, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Valid != ok || st.Valid == (st.Reason != "") {
+			t.Fatalf("PutFenced %v but Fence %+v", ok, st)
+		}
+		return ok
+	}
+
+	p1, err := semA.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := mustSemaphore(t, b, "jobs", 2).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := p1.Sequencer()
+	if !fenced(first, "a1") || !fenced(pb.Sequencer(), "b1") {
+		t.Fatal("a held permit's sequencer was refused")
+	}
+	if err := p1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if fenced(first, "a1 after release") {
+		t.Fatal("a released permit's sequencer was accepted")
+	}
+	p2, err := semA.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p2.Sequencer().LockIndex <= first.LockIndex {
+		t.Fatalf("second permit %v, first %v", p2.Sequencer(), first)
+	}
+	if fenced(first, "a1 while a2 is held") {
+		t.Fatal("an earlier permit's sequencer was accepted while the same session holds a later one")
+	}
+	if !fenced(p2.Sequencer(), "a2") {
+		t.Fatal("the later permit's sequencer was refused")
+	}
+	if _, err := srv.c.Session().Destroy(ctx, a.ID(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if fenced(p2.Sequencer(), "a2 after the session ended") {
+		t.Fatal("a dead session's permit was accepted")
+	}
+	if e, _, err := kv.Get(ctx, "jobs-out", nil); err != nil || string(e.Value) != "a2" {
+		t.Fatalf("jobs-out = %+v %v", e, err)
+	}
+	pb.Release(ctx)
+}
+
+// The semaphore's Flags value is Consul's, and the server's permit check
+// recognises a semaphore by it.
+func TestSemaphoreFlagsAgree(t *testing.T) {
+	for name, v := range map[string]uint64{"Consul's": capi.SemaphoreFlagValue, "the server's": state.SemaphoreFlags} {
+		if v != SemaphoreFlagValue {
+			t.Errorf("%s semaphore flags %#x, the recipe's %#x", name, v, SemaphoreFlagValue)
+		}
 	}
 }

@@ -48,11 +48,10 @@ Usage: holdfast lock [options] PREFIX CHILD...
   The child's environment has HOLDFAST_LOCK_HELD=true and
   CONSUL_LOCK_HELD=true, and the hold's sequencer: HOLDFAST_LOCK_KEY,
   HOLDFAST_LOCK_INDEX and HOLDFAST_LOCK_SESSION. Pass them to what the
-  child writes to, so that it can refuse a stale holder: with -n 1 the
-  server checks them (GET /v1/fence/<key>?session=S&lock-index=N); with
-  -n > 1 they name the semaphore's .lock key and its ModifyIndex when the
-  slot was granted (a later slot has a larger one), which the server's
-  fence does not check, so the resource compares them itself.
+  child writes to, so that it can refuse a stale holder (GET
+  /v1/fence/<key>?session=S&lock-index=N). With -n > 1 they name the
+  semaphore's .lock key and the index of the write that granted the slot;
+  the server checks those as it checks a lock's.
 `
 
 // Environment variables the child gets.

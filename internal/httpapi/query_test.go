@@ -65,8 +65,7 @@ func TestFence(t *testing.T) {
 	e.do("PUT", "/v1/kv/res/lock?acquire="+s1, "").want(t, 200, "true")
 
 	before := e.b.consistent.Load()
-	r := e.do("GET", "/v1/fence/res/lock?session="+s1+"&lock-index=1", "").
-		want(t, 200, `{"Valid":true,"Session":"`+s1+`","LockIndex":1}`)
+	r := wantFence(t, e, "/v1/fence/res/lock?session="+s1+"&lock-index=1", true, s1, 1)
 	if r.Header.Get("X-Consul-Effective-Consistency") != "consistent" || e.b.consistent.Load() != before+1 {
 		t.Fatal("fence check is not consistent by default")
 	}
@@ -77,17 +76,13 @@ func TestFence(t *testing.T) {
 	if r.Header.Get("X-Consul-Effective-Consistency") != "stale" {
 		t.Fatal("?stale ignored")
 	}
-	e.do("GET", "/v1/fence/res/lock?session="+s1+"&lock-index=2", "").
-		want(t, 200, `{"Valid":false,"Session":"`+s1+`","LockIndex":1}`)
-	e.do("GET", "/v1/fence/res/lock?session="+s2+"&lock-index=1", "").
-		want(t, 200, `{"Valid":false,"Session":"`+s1+`","LockIndex":1}`)
+	wantFence(t, e, "/v1/fence/res/lock?session="+s1+"&lock-index=2", false, s1, 1)
+	wantFence(t, e, "/v1/fence/res/lock?session="+s2+"&lock-index=1", false, s1, 1)
 
 	e.do("PUT", "/v1/kv/res/lock?release="+s1, "").want(t, 200, "true")
 	e.do("PUT", "/v1/kv/res/lock?acquire="+s2, "").want(t, 200, "true")
-	e.do("GET", "/v1/fence/res/lock?session="+s1+"&lock-index=1", "").
-		want(t, 200, `{"Valid":false,"Session":"`+s2+`","LockIndex":2}`)
-	e.do("GET", "/v1/fence/none?session="+s1+"&lock-index=1", "").
-		want(t, 200, `{"Valid":false,"Session":"","LockIndex":0}`)
+	wantFence(t, e, "/v1/fence/res/lock?session="+s1+"&lock-index=1", false, s2, 2)
+	wantFence(t, e, "/v1/fence/none?session="+s1+"&lock-index=1", false, "", 0)
 
 	e.do("GET", "/v1/fence/res/lock?lock-index=1", "").want(t, 400, "Missing session: give the sequencer's ?session=")
 	e.do("GET", "/v1/fence/res/lock?session=x", "").want(t, 400, "Missing lock-index: give the sequencer's ?lock-index=")
@@ -101,7 +96,11 @@ func TestFence(t *testing.T) {
 	cur := e.do("GET", "/v1/fence/res/lock?session="+s2+"&lock-index=2", "").want(t, 200, "*")
 	ch := e.block("GET", "/v1/fence/res/lock?session="+s2+"&lock-index=2&index="+cur.Header.Get("X-Consul-Index"))
 	e.do("PUT", "/v1/session/destroy/"+s2, "").want(t, 200, "true")
-	recv(t, ch).want(t, 200, `{"Valid":false,"Session":"","LockIndex":2}`)
+	var f fenceJSON
+	recv(t, ch).want(t, 200, "*").json(t, &f)
+	if f.Valid || f.Session != "" || f.LockIndex != 2 || f.Reason == "" {
+		t.Fatalf("after the holder's session ended: %+v", f)
+	}
 }
 
 // Consul refuses a prepared query whose Name is the ID of another query
@@ -126,4 +125,17 @@ func TestQueryNameAliasingAnID(t *testing.T) {
 	if len(list) != 2 {
 		t.Fatalf("queries %+v, want 2", list)
 	}
+}
+
+// wantFence checks a GET /v1/fence answer: Valid, Session and LockIndex,
+// and a Reason exactly when it is not valid. It returns the response.
+func wantFence(t *testing.T, e *env, url string, valid bool, session string, lockIndex uint64) *resp {
+	t.Helper()
+	r := e.do("GET", url, "").want(t, 200, "*")
+	var f fenceJSON
+	r.json(t, &f)
+	if f.Valid != valid || f.Session != session || f.LockIndex != lockIndex || (f.Reason == "") != valid {
+		t.Fatalf("GET %s: %s, want Valid %v, Session %q, LockIndex %d", url, r.Body, valid, session, lockIndex)
+	}
+	return r
 }

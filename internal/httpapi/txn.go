@@ -32,17 +32,27 @@ type txnOpBody struct {
 	Check   json.RawMessage
 }
 
-// txnVerbs are the KV verbs a transaction may use.
-var txnVerbs = map[string]state.KVOp{}
+// txnVerb is a KV verb a transaction may use: its name as sent, and the
+// state operation it means.
+type txnVerb struct {
+	name string
+	op   state.KVOp
+}
+
+// txnVerbs are the KV verbs a transaction may use. Each is Consul's name
+// for its operation, but check-lock, holdfast's fence, which means
+// OpCheckSequencer: a lock's or a semaphore permit's sequencer.
+var txnVerbs = map[string]txnVerb{}
 
 func init() {
 	for _, op := range []state.KVOp{
 		state.OpSet, state.OpCAS, state.OpLock, state.OpUnlock, state.OpGet, state.OpGetTree,
-		state.OpCheckIndex, state.OpCheckSession, state.OpCheckNotExists, state.OpCheckLock,
+		state.OpCheckIndex, state.OpCheckSession, state.OpCheckNotExists,
 		state.OpDelete, state.OpDeleteTree, state.OpDeleteCAS,
 	} {
-		txnVerbs[string(op)] = op
+		txnVerbs[string(op)] = txnVerb{string(op), op}
 	}
+	txnVerbs[string(state.OpCheckLock)] = txnVerb{string(state.OpCheckLock), state.OpCheckSequencer}
 }
 
 // decodeTxn turns a PUT /v1/txn body into state operations. maxValue
@@ -78,7 +88,8 @@ func decodeTxn(body []byte, maxValue int64) ([]*state.TxnOp, error) {
 		if kv == nil {
 			return nil, invalidf("Operation %d has no KV part", i)
 		}
-		verb, ok := txnVerbs[kv.Verb]
+		tv, ok := txnVerbs[kv.Verb]
+		verb := tv.op
 		if !ok {
 			return nil, invalidf("Operation %d has unknown KV verb %q", i, kv.Verb)
 		}
@@ -93,7 +104,7 @@ func decodeTxn(body []byte, maxValue int64) ([]*state.TxnOp, error) {
 				itoa(n) + " > " + itoa(maxValue) + " bytes)"}
 		}
 		switch verb {
-		case state.OpLock, state.OpUnlock, state.OpCheckSession, state.OpCheckLock:
+		case state.OpLock, state.OpUnlock, state.OpCheckSession, state.OpCheckSequencer:
 			if kv.Session == "" && verb != state.OpCheckSession {
 				return nil, invalidf("Operation %d (%s) is missing a session", i, kv.Verb)
 			}
@@ -102,7 +113,7 @@ func decodeTxn(body []byte, maxValue int64) ([]*state.TxnOp, error) {
 		switch verb {
 		case state.OpCAS, state.OpCheckIndex, state.OpDeleteCAS:
 			e.ModifyIndex = kv.Index
-		case state.OpCheckLock, state.OpUnlock:
+		case state.OpCheckSequencer, state.OpUnlock:
 			e.LockIndex = kv.LockIndex
 		}
 		x := &slab[i]

@@ -260,8 +260,8 @@ func (s *txnScan) kv(kv *txnKVOp) bool {
 			var v []byte
 			if v, ok = s.raw(); ok {
 				// A known verb is decodeTxn's string, not a copy.
-				if op, known := txnVerbs[string(v)]; known {
-					kv.Verb = string(op)
+				if tv, known := txnVerbs[string(v)]; known {
+					kv.Verb = tv.name
 				} else {
 					kv.Verb = string(v)
 				}

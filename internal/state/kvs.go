@@ -14,8 +14,12 @@ import (
 // KVOp names a KV operation; the names are Consul's transaction verbs.
 type KVOp string
 
-// KV operations. OpCheckLock is holdfast's fencing check: it passes only if
-// the key is held by Entry.Session with exactly Entry.LockIndex.
+// KV operations. OpCheckLock is holdfast's first fencing check: it passes
+// only if the key is held by Entry.Session with exactly Entry.LockIndex.
+// OpCheckSequencer is what the check-lock verb has meant since semaphore
+// permits could be fenced: OpCheckLock for a lock, and for a semaphore's
+// .lock key a permit check (CheckSequencer). OpCheckLock stays for the
+// commands already in logs, which must replay as they were first applied.
 const (
 	OpSet            KVOp = "set"
 	OpCAS            KVOp = "cas"
@@ -27,6 +31,7 @@ const (
 	OpCheckSession   KVOp = "check-session"
 	OpCheckNotExists KVOp = "check-not-exists"
 	OpCheckLock      KVOp = "check-lock"
+	OpCheckSequencer KVOp = "check-sequencer"
 	OpDelete         KVOp = "delete"
 	OpDeleteTree     KVOp = "delete-tree"
 	OpDeleteCAS      KVOp = "delete-cas"
@@ -35,7 +40,7 @@ const (
 // ReadOnly reports whether the operation only reads or checks the store.
 func (o KVOp) ReadOnly() bool {
 	switch o {
-	case OpGet, OpGetTree, OpCheckIndex, OpCheckSession, OpCheckNotExists, OpCheckLock:
+	case OpGet, OpGetTree, OpCheckIndex, OpCheckSession, OpCheckNotExists, OpCheckLock, OpCheckSequencer:
 		return true
 	}
 	return false

@@ -346,7 +346,7 @@ func (m *model) txnOp(idx uint64, op *state.KVRequest) bool {
 		return ok && cur.Mod == e.ModifyIndex
 	case state.OpCheckSession:
 		return ok && cur.Session == e.Session
-	case state.OpCheckLock:
+	case state.OpCheckLock, state.OpCheckSequencer: // no semaphore flags here: both check a lock
 		return ok && e.Session != "" && cur.Session == e.Session && cur.LockIndex == e.LockIndex
 	case state.OpCheckNotExists:
 		return !ok
@@ -439,6 +439,11 @@ func (r *runner) kvReq(rd *fzReader) *state.KVRequest {
 		state.OpDeleteCAS, state.OpDeleteTree, state.OpGet, state.OpCheckIndex, state.OpCheckSession,
 		state.OpCheckLock, state.OpCheckNotExists}
 	op := verbs[rd.pick(len(verbs))]
+	if op == state.OpCheckLock {
+		// What the check-lock verb sends since permits could be fenced
+		// (the corpus keeps its meaning: the pick is the same).
+		op = state.OpCheckSequencer
+	}
 	switch op {
 	case state.OpSet:
 		// Junk a plain write must ignore.
@@ -447,7 +452,7 @@ func (r *runner) kvReq(rd *fzReader) *state.KVRequest {
 		e.ModifyIndex = r.casFor(rd, k)
 	case state.OpLock, state.OpCheckSession:
 		e.Session = fzSessRefs[rd.pick(len(fzSessRefs))]
-	case state.OpUnlock, state.OpCheckLock:
+	case state.OpUnlock, state.OpCheckSequencer:
 		e.Session = fzSessRefs[rd.pick(len(fzSessRefs))]
 		e.LockIndex = r.lockIndexFor(rd, k)
 	case state.OpDeleteTree:
@@ -469,7 +474,7 @@ func (r *runner) step(rd *fzReader) {
 	case 0, 1, 2, 3, 4, 5, 6, 7: // a single KV write
 		req := r.kvReq(rd)
 		switch req.Op {
-		case state.OpGet, state.OpCheckIndex, state.OpCheckSession, state.OpCheckLock, state.OpCheckNotExists:
+		case state.OpGet, state.OpCheckIndex, state.OpCheckSession, state.OpCheckSequencer, state.OpCheckNotExists:
 			req.Op = state.OpSet // reads are not KVS writes; reuse the bytes
 			req.Entry.Session = ""
 		}

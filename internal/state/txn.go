@@ -98,12 +98,13 @@ func (tx *wtx) txnKV(req *KVRequest) ([]*TxnResult, error) {
 		}
 		return noValue(cur), nil
 	case OpCheckLock:
-		if cur == nil {
-			return nil, fmt.Errorf("failed to check lock, key %q doesn't exist", key)
+		if err := checkLock(cur, key, req.Entry.Session, req.Entry.LockIndex); err != nil {
+			return nil, err
 		}
-		if req.Entry.Session == "" || cur.Session != req.Entry.Session || cur.LockIndex != req.Entry.LockIndex {
-			return nil, fmt.Errorf("failed lock check for key %q: held by session %q at lock index %d, not %q at %d",
-				key, cur.Session, cur.LockIndex, req.Entry.Session, req.Entry.LockIndex)
+		return noValue(cur), nil
+	case OpCheckSequencer:
+		if err := CheckSequencer(tx.kvGet, key, req.Entry.Session, req.Entry.LockIndex); err != nil {
+			return nil, err
 		}
 		return noValue(cur), nil
 	case OpCheckNotExists:
