@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/holdfast/holdfast/internal/state"
+	"github.com/holdfast/holdfast/internal/watch"
 )
 
 // txnKVOp is Consul's KV transaction operation. Index is the expected
@@ -157,15 +158,27 @@ func (h *handler) txn(w http.ResponseWriter, r *http.Request, _ string) error {
 	if len(ops) == 0 {
 		return writeJSON(w, r, &txnResponse{})
 	}
-	res, errs, err := h.b.Txn(r.Context(), ops)
-	if err != nil {
-		return err
-	}
+	var res []*state.TxnResult
+	var errs []*state.TxnError
 	if txnReadOnly(ops) {
-		// Consul serves a transaction that only reads as a read, with the
-		// headers of one; this one went through the log, so it is
-		// consistent, and its index is the KV store's.
-		h.setReadHeaders(w, h.b.State().TableIndex("kvs"), modeConsistent)
+		// A transaction that only reads is served as a read, as Consul
+		// serves it: no log entry, ?stale and ?consistent honoured, and
+		// the read headers, with the KV store's index. It does not block.
+		ro, err := h.parseRead(query(r))
+		if err != nil {
+			return err
+		}
+		ro.index = 0
+		err = h.read(w, r, ro, func(s *state.Store, _ watch.Set) (uint64, bool) {
+			var idx uint64
+			idx, res, errs = s.TxnRead(ops)
+			return idx, true
+		})
+		if err != nil {
+			return err
+		}
+	} else if res, errs, err = h.b.Txn(r.Context(), ops); err != nil {
+		return err
 	}
 	if len(errs) > 0 {
 		// A rolled-back transaction answers 409 with the same JSON

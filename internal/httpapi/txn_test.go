@@ -165,3 +165,36 @@ func TestTxnReadOnlyHasReadHeaders(t *testing.T) {
 		t.Errorf("a writing transaction has X-Consul-Index %q", got)
 	}
 }
+
+// A transaction that only reads is a read: it goes through no log entry,
+// and it honours ?stale and ?consistent like any read.
+func TestTxnReadOnlyIsARead(t *testing.T) {
+	e := newEnv(t)
+	e.do("PUT", "/v1/kv/a", "1").want(t, 200, "true")
+	e.b.mu.Lock()
+	e.b.lastTxn = nil
+	e.b.mu.Unlock()
+	body := `[{"KV":{"Verb":"get","Key":"a"}},{"KV":{"Verb":"check-not-exists","Key":"b"}}]`
+	for q, mode := range map[string]string{"": "leader", "?stale": "stale", "?consistent": "consistent"} {
+		before := e.b.consistent.Load()
+		r := e.do("PUT", "/v1/txn"+q, body).want(t, 200, "*")
+		if got := r.Header.Get("X-Consul-Effective-Consistency"); got != mode {
+			t.Errorf("%q: consistency %q, want %q", q, got, mode)
+		}
+		if asked := e.b.consistent.Load() - before; asked != map[bool]int64{true: 1, false: 0}[mode == "consistent"] {
+			t.Errorf("%q: %d consistent-read checks", q, asked)
+		}
+		var out struct {
+			Results []struct{ KV struct{ Key, Value string } }
+		}
+		r.json(t, &out)
+		if len(out.Results) != 1 || out.Results[0].KV.Key != "a" || out.Results[0].KV.Value != "MQ==" {
+			t.Errorf("%q: %s", q, r.Body)
+		}
+	}
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	if e.b.lastTxn != nil {
+		t.Fatal("a read-only transaction went to the backend's Txn (a log entry)")
+	}
+}

@@ -51,6 +51,38 @@ func (s *Store) Txn(idx uint64, now time.Time, ops []*TxnOp) ([]*TxnResult, []*T
 	return results, nil
 }
 
+// TxnRead runs a transaction whose operations only read or check (each
+// KVOp.ReadOnly) on the store as it is, without a log entry, and returns
+// the KV store's index with the results. An operation that writes is an
+// error of that operation.
+func (s *Store) TxnRead(ops []*TxnOp) (uint64, []*TxnResult, []*TxnError) {
+	tx := &wtx{Txn: s.db.Txn(false), kw: s.kw}
+	defer tx.Abort()
+	var results []*TxnResult
+	var errs []*TxnError
+	for i, op := range ops {
+		switch {
+		case op == nil || op.KV == nil:
+			errs = append(errs, &TxnError{OpIndex: i, What: "no operation specified"})
+			continue
+		case !op.KV.Op.ReadOnly():
+			errs = append(errs, &TxnError{OpIndex: i, What: fmt.Sprintf("%q writes: not in a read-only transaction", op.KV.Op)})
+			continue
+		}
+		res, err := tx.txnKV(op.KV)
+		if err != nil {
+			errs = append(errs, &TxnError{OpIndex: i, What: err.Error()})
+			continue
+		}
+		results = append(results, res...)
+	}
+	idx := tx.kvt().Index
+	if len(errs) > 0 {
+		return idx, nil, errs
+	}
+	return idx, results, nil
+}
+
 func noValue(e *DirEntry) []*TxnResult {
 	if e == nil {
 		return nil

@@ -78,9 +78,22 @@ func TestTxnVerbs(t *testing.T) {
 	f.lock("held", "s1", "H") // LockIndex 2
 	held := f.get("held")
 
+	// A read-only operation must answer the same through TxnRead, the
+	// path of a transaction that only reads.
+	sameRead := func(name string, op *state.TxnOp, res []*state.TxnResult, errs []*state.TxnError) {
+		t.Helper()
+		if op == nil || op.KV == nil || !op.KV.Op.ReadOnly() {
+			return
+		}
+		idx, rres, rerrs := f.s.TxnRead([]*state.TxnOp{op})
+		if !reflect.DeepEqual(rres, res) || !reflect.DeepEqual(rerrs, errs) || idx != f.s.TableIndex("kvs") {
+			t.Fatalf("%s: TxnRead gave %v %v at %d, Txn %v %v", name, rres, rerrs, idx, res, errs)
+		}
+	}
 	ok := func(name string, op *state.TxnOp, want ...*state.DirEntry) {
 		t.Helper()
 		res, errs := f.txn(op)
+		sameRead(name, op, res, errs)
 		if errs != nil {
 			t.Fatalf("%s: %s", name, errs[0].What)
 		}
@@ -95,6 +108,7 @@ func TestTxnVerbs(t *testing.T) {
 		t.Helper()
 		before := f.indexes()
 		res, errs := f.txn(op)
+		sameRead(name, op, res, errs)
 		if res != nil || len(errs) != 1 || errs[0].OpIndex != 0 {
 			t.Fatalf("%s: res %v errs %v", name, res, errs)
 		}
@@ -186,5 +200,24 @@ func TestTxnLockDelay(t *testing.T) {
 	f.now = T.Add(15 * time.Second)
 	if res, errs := f.txn(kvOp(state.OpLock, state.DirEntry{Key: "k", Session: "s2"})); errs != nil || res[0].KV.Session != "s2" {
 		t.Fatalf("lock after the delay: %v %v", res, errs)
+	}
+}
+
+// TxnRead refuses an operation that writes, as an error of that operation,
+// and writes nothing.
+func TestTxnReadRefusesWrites(t *testing.T) {
+	f := newFx(t)
+	f.set("a", "1")
+	before := f.indexes()
+	_, res, errs := f.s.TxnRead([]*state.TxnOp{
+		kvOp(state.OpGet, state.DirEntry{Key: "a"}),
+		kvOp(state.OpSet, state.DirEntry{Key: "b", Value: []byte("2")}),
+	})
+	if res != nil || len(errs) != 1 || errs[0].OpIndex != 1 || errs[0].What != `"set" writes: not in a read-only transaction` {
+		t.Fatalf("res %v errs %+v", res, errs)
+	}
+	f.assertNoWrite(before)
+	if f.get("b") != nil {
+		t.Fatal("b was written")
 	}
 }
