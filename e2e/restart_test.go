@@ -117,6 +117,26 @@ func TestCrashDurability(t *testing.T) {
 // lock-delay in the replicated state; Consul forgets it).
 func TestCleanRestart(t *testing.T) {
 	t.Parallel()
+	restartKeepsSessions(t, func(a *agent) {
+		if code := a.terminate(15 * time.Second); code != 0 {
+			t.Fatalf("exit code %d after SIGTERM\nstderr:\n%s", code, tail(a.stderr.String(), 4096))
+		}
+	})
+}
+
+// TestKilledRestart is TestCleanRestart with SIGKILL: sessions, locks and
+// lock-delays were acknowledged once they were in the fsynced log, so a
+// process that gets no chance to shut down loses none of them.
+// (TestCrashDurability kills the agent during plain writes only.)
+func TestKilledRestart(t *testing.T) {
+	t.Parallel()
+	restartKeepsSessions(t, func(a *agent) { a.kill() })
+}
+
+// restartKeepsSessions builds sessions, locks and a lock-delay on an agent,
+// stops it with stop, restarts it on the same directory and checks they
+// are all back.
+func restartKeepsSessions(t *testing.T, stop func(*agent)) {
 	dir := t.TempDir()
 	raftAddr := freeAddr(t)
 	a := startAgent(t, agentOpts{dataDir: dir, raftAddr: raftAddr})
@@ -153,9 +173,7 @@ func TestCleanRestart(t *testing.T) {
 	}
 	lastIndex := meta.LastIndex
 
-	if code := a.terminate(15 * time.Second); code != 0 {
-		t.Fatalf("exit code %d after SIGTERM\nstderr:\n%s", code, tail(a.stderr.String(), 4096))
-	}
+	stop(a)
 
 	b := startAgent(t, agentOpts{dataDir: dir, raftAddr: raftAddr})
 	c = b.client()

@@ -25,7 +25,8 @@ import (
 //	<dir>/raft/                 raft-wal: 64 MiB segment files (*.wal) plus
 //	                            wal-meta.db, which also holds the StableStore keys
 //	<dir>/raft/holdfast.lock    held while a process has the stores open
-//	<dir>/snapshots/            raft.FileSnapshotStore
+//	<dir>/snapshots/            raft.FileSnapshotStore (a snapshot left unfinished,
+//	                            <id>.tmp, by a killed run is removed at open)
 //
 // The log store is hashicorp/raft-wal; bench/logstore/README.md has the
 // measurements that chose it over raft-boltdb. raft-wal has no switch to turn
@@ -101,8 +102,10 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS) (*stores, er
 		return nil, err
 	}
 
+	removeUnfinishedSnapshots(filepath.Join(dir, snapshotDirName), logger)
+
 	// The meta store is passed in, although it is the default one, because
-	// WAL.Close in raft-wal v0.4.0 never closes it: its bbolt file, and the
+	// WAL.Close in raft-wal (v0.4.0 and v0.4.1) never closes it: its bbolt file, and the
 	// flock bbolt holds on it, would stay open until the process exits, and
 	// the next wal.Open of this directory in the same process would block
 	// on that flock forever. So we close it ourselves after the WAL.
@@ -154,6 +157,31 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS) (*stores, er
 		return closeErr
 	}
 	return &stores{log: cached, stable: w, snaps: snaps, close: closeFn}, nil
+}
+
+// removeUnfinishedSnapshots removes the snapshots a killed process was
+// writing: raft.FileSnapshotStore writes each into "<id>.tmp" and renames
+// it once complete, skips .tmp directories when it lists snapshots, and
+// never removes them, so each crash during a snapshot would leave a copy of
+// the state behind for good. The caller holds the directory lock, so no
+// snapshot is being written. Failing to remove one costs only disk space:
+// it is logged.
+func removeUnfinishedSnapshots(snapDir string, logger hclog.Logger) {
+	entries, err := os.ReadDir(snapDir)
+	if err != nil {
+		return // a new directory; raft reports an unreadable one
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasSuffix(e.Name(), ".tmp") {
+			continue
+		}
+		p := filepath.Join(snapDir, e.Name())
+		if err := os.RemoveAll(p); err != nil {
+			logger.Warn("could not remove an unfinished snapshot", "path", p, "error", err)
+			continue
+		}
+		logger.Info("removed a snapshot left unfinished by an earlier run", "path", p)
+	}
 }
 
 // makeDir creates d with mode 0700 if it is missing and then syncs its parent,

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -391,4 +393,175 @@ func TestOpenStoresLockedByOtherProcess(t *testing.T) {
 	if out := runHelper(t, dir); !strings.Contains(out, "OPEN-OK") {
 		t.Fatalf("open after the first holder closed failed:\n%s", out)
 	}
+}
+
+// Faults faultFS injects into raft-wal's segment files.
+const (
+	faultNone      int32 = iota
+	faultTornWrite       // a write stores half its bytes and fails with ENOSPC, as on a full disk
+	faultSync            // writes go through, fsync fails with EIO
+)
+
+// faultFS wraps raft-wal's real file system and fails segment writes or
+// syncs as its fault says.
+type faultFS struct {
+	types.VFS
+	fault atomic.Int32
+}
+
+func (v *faultFS) wrap(f types.WritableFile, err error) (types.WritableFile, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &faultFile{WritableFile: f, fs: v}, nil
+}
+
+func (v *faultFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
+	return v.wrap(v.VFS.Create(dir, name, size))
+}
+
+func (v *faultFS) OpenWriter(dir, name string) (types.WritableFile, error) {
+	return v.wrap(v.VFS.OpenWriter(dir, name))
+}
+
+type faultFile struct {
+	types.WritableFile
+	fs *faultFS
+}
+
+func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.fs.fault.Load() == faultTornWrite {
+		n, err := f.WritableFile.WriteAt(p[:len(p)/2], off)
+		if err == nil {
+			err = syscall.ENOSPC
+		}
+		return n, err
+	}
+	return f.WritableFile.WriteAt(p, off)
+}
+
+func (f *faultFile) Sync() error {
+	if f.fs.fault.Load() == faultSync {
+		return syscall.EIO
+	}
+	return f.WritableFile.Sync()
+}
+
+// TestAppendAfterFailedWrite: an append that fails on the disk (a full
+// disk: half the batch written; or a failed fsync) leaves the log as it
+// was, and once the disk is usable again the same indexes can be appended,
+// as raft will do, and read back after a restart. With raft-wal v0.4.0 the
+// failed entries stayed in its in-memory index and every later append was
+// refused as non-monotonic until a restart: one full-disk moment left the
+// server without a leader for good. v0.4.1 undoes a failed append.
+func TestAppendAfterFailedWrite(t *testing.T) {
+	for name, fault := range map[string]int32{"torn write": faultTornWrite, "failed fsync": faultSync} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			vfs := &faultFS{VFS: fs.New()}
+			s, err := openDiskStores(dir, hclog.NewNullLogger(), vfs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeStores(t, s)
+			mustStore(t, s.log, testLogs(1, 10))
+			if err := s.stable.SetUint64([]byte("CurrentTerm"), 2); err != nil {
+				t.Fatal(err)
+			}
+
+			vfs.fault.Store(fault)
+			if err := s.log.StoreLogs(lostLogs(11, 5)); err == nil {
+				t.Fatal("StoreLogs succeeded on a failing disk")
+			}
+			checkRange(t, s.log, 1, 10)
+
+			vfs.fault.Store(faultNone)
+			mustStore(t, s.log, testLogs(11, 5))
+			mustStore(t, s.log, testLogs(16, 5))
+			checkRange(t, s.log, 1, 20)
+			if v, err := s.stable.GetUint64([]byte("CurrentTerm")); err != nil || v != 2 {
+				t.Fatalf("CurrentTerm after the failed append = %d, %v; want 2", v, err)
+			}
+			closeStores(t, s)
+
+			// What is on disk: the entries written after the failure.
+			s = openWithin(t, dir)
+			checkRange(t, s.log, 1, 20)
+		})
+	}
+}
+
+// lostLogs are entries first..first+n-1 of an append that fails.
+func lostLogs(first uint64, n int) []*raft.Log {
+	logs := testLogs(first, n)
+	for _, l := range logs {
+		l.Data = []byte("never acknowledged")
+	}
+	return logs
+}
+
+// TestOpenStoresRemovesUnfinishedSnapshots: raft writes a snapshot into
+// "<id>.tmp" and renames it when complete; a process killed meanwhile
+// leaves the .tmp directory behind. raft skips it on every listing and
+// never removes it, so each crash during a snapshot used to leave a copy
+// of the state on disk for good. Opening the stores (under the directory
+// lock, so no snapshot is being written) removes them, and only them.
+func TestOpenStoresRemovesUnfinishedSnapshots(t *testing.T) {
+	dir := t.TempDir()
+	s := openWithin(t, dir)
+	writeSnapshot(t, s.snaps, 30, "done")
+	closeStores(t, s)
+
+	snapDir := filepath.Join(dir, snapshotDirName)
+	unfinished := filepath.Join(snapDir, "2-45-1795327664835.tmp")
+	if err := os.MkdirAll(unfinished, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(unfinished, "state.bin"), []byte("half a snap"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = openWithin(t, dir)
+	defer closeStores(t, s)
+	if _, err := os.Stat(unfinished); !os.IsNotExist(err) {
+		t.Fatalf("unfinished snapshot still there after open: %v", err)
+	}
+	checkSnapshot(t, s.snaps, 30, "done")
+}
+
+// TestTornTailIsDropped: a crash in the middle of an append (power lost
+// while the last batch was being written, so it was never acknowledged)
+// leaves a segment whose last batch is damaged. Opening the directory drops
+// that batch, keeps everything before it, and appends go on from there.
+func TestTornTailIsDropped(t *testing.T) {
+	dir := t.TempDir()
+	s := openWithin(t, dir)
+	mustStore(t, s.log, testLogs(1, 10))
+	mustStore(t, s.log, lostLogs(11, 5))
+	closeStores(t, s)
+
+	segs, _ := filepath.Glob(filepath.Join(dir, raftDirName, "*.wal"))
+	if len(segs) != 1 {
+		t.Fatalf("segments %v, want one", segs)
+	}
+	b, err := os.ReadFile(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := len(bytes.TrimRight(b, "\x00"))
+	last := bytes.LastIndex(b[:end], []byte("never acknowledged"))
+	if last < 0 {
+		t.Fatal("the last batch is not in the segment")
+	}
+	for i := last; i < last+8; i++ { // damage the last entry of the last batch
+		b[i] ^= 0x5a
+	}
+	if err := os.WriteFile(segs[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openWithin(t, dir)
+	defer closeStores(t, s)
+	checkRange(t, s.log, 1, 10)
+	mustStore(t, s.log, testLogs(11, 5))
+	checkRange(t, s.log, 1, 15)
 }

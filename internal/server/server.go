@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/hashicorp/raft-wal/types"
 
 	"github.com/holdfast/holdfast/clock"
 	"github.com/holdfast/holdfast/internal/fsm"
@@ -65,6 +69,10 @@ type Config struct {
 	// are added), and the leader keeps the catalog in step with the pool
 	// (see serf.go). Nil: no gossip.
 	Gossip *gossip.Config
+
+	// logFS, if set, is the file system the raft log is written through
+	// (tests inject faults with it); nil is the real one.
+	logFS types.VFS
 }
 
 func (c *Config) setDefaults() error {
@@ -155,7 +163,15 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, clk: cfg.Clock, fsm: fsm.New(), shutdownCh: make(chan struct{})}
-	st, err := openStores(cfg.DataDir, cfg.Logger.Named("raft-store"))
+	var (
+		st  *stores
+		err error
+	)
+	if cfg.logFS != nil && cfg.DataDir != "" {
+		st, err = openDiskStores(cfg.DataDir, cfg.Logger.Named("raft-store"), cfg.logFS)
+	} else {
+		st, err = openStores(cfg.DataDir, cfg.Logger.Named("raft-store"))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -208,10 +224,17 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: bootstrapping raft: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, s.fsm, st.log, st.stable, st.snaps, trans)
+	r, err := newRaft(rc, s.fsm, st, trans, cfg.DataDir)
 	if err != nil {
 		s.closeStores()
 		return nil, fmt.Errorf("server: starting raft: %w", err)
+	}
+	if has {
+		if err := checkMember(r, rc.LocalID, cfg.DataDir); err != nil {
+			r.Shutdown().Error()
+			s.closeStores()
+			return nil, err
+		}
 	}
 	s.raft = r
 	s.reads.verify = s.verifyLeader
@@ -225,6 +248,95 @@ func New(cfg Config) (*Server, error) {
 	s.wg.Add(1)
 	go s.monitorLeadership()
 	return s, nil
+}
+
+// newRaft is raft.NewRaft, except that a log which does not continue from
+// a snapshot is an error rather than a panic. raft.NewRaft restores the
+// newest snapshot it can read and then reads every log entry after it (from
+// entry 1 if it restored none); it panics if one is missing. That is what a
+// data directory looks like whose log was compacted into a snapshot that
+// has since been lost or damaged: the state cannot be rebuilt, and the
+// operator needs to be told so, and where, rather than shown a stack trace.
+// raft starts no goroutine before that point, so nothing is left running.
+func newRaft(rc *raft.Config, f raft.FSM, st *stores, trans raft.Transport, dir string) (r *raft.Raft, err error) {
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		if e, ok := p.(error); !ok || !errors.Is(e, raft.ErrLogNotFound) {
+			panic(p)
+		}
+		r, err = nil, logGapError(st, dir)
+	}()
+	r, err = raft.NewRaft(rc, f, st.log, st.stable, st.snaps, trans)
+	if err != nil && dir != "" && strings.Contains(err.Error(), "failed to load any existing snapshots") {
+		// raft logs why each snapshot failed (a CRC mismatch, a state that
+		// does not decode); its error names neither the reason nor where.
+		err = fmt.Errorf("%w in %s (each one's error is logged above): the data directory is damaged, "+
+			"or was written by a newer holdfast", err, filepath.Join(dir, snapshotDirName))
+	}
+	return r, err
+}
+
+// checkMember refuses raft state whose configuration does not have this
+// server in it. holdfast never adds a server to a configuration: each
+// server bootstraps its own, with its node name as the raft ID. Raft state
+// made under another node name (a renamed host, while -node defaults to
+// the host name; a forgotten -node) leaves this server out of its own
+// configuration, and raft would never elect it: it would run on, answering
+// "No cluster leader" to everything.
+func checkMember(r *raft.Raft, id raft.ServerID, dir string) error {
+	f := r.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("server: reading the raft configuration: %w", err)
+	}
+	servers := f.Configuration().Servers
+	if len(servers) == 0 {
+		return nil
+	}
+	var ids []string
+	for _, srv := range servers {
+		if srv.ID == id {
+			return nil
+		}
+		ids = append(ids, strconv.Quote(string(srv.ID)))
+	}
+	where := "the data directory " + dir
+	if dir == "" {
+		where = "the raft state"
+	}
+	if len(ids) == 1 {
+		return fmt.Errorf("server: %s belongs to node %s, and this server is node %q, which raft would never elect: "+
+			"start it as node %s (-node), or give node %q a data directory of its own", where, ids[0], id, ids[0], id)
+	}
+	return fmt.Errorf("server: %s belongs to a raft cluster of nodes %s, and this server is node %q, which is not one of them",
+		where, strings.Join(ids, ", "), id)
+}
+
+// logGapError describes a log whose start is in no snapshot raft could use.
+func logGapError(st *stores, dir string) error {
+	first, ferr := st.log.FirstIndex()
+	metas, lerr := st.snaps.List()
+	var snaps []string
+	for _, m := range metas {
+		snaps = append(snaps, fmt.Sprintf("%s (up to index %d)", m.ID, m.Index))
+	}
+	found := "none"
+	if len(snaps) > 0 {
+		found = strings.Join(snaps, ", ")
+	}
+	if err := errors.Join(ferr, lerr); err != nil {
+		found += fmt.Sprintf(" [%v]", err)
+	}
+	where := "the in-memory log"
+	if dir != "" {
+		where = "the data directory " + dir
+	}
+	return fmt.Errorf("log entries are missing in %s: the raft log starts at index %d, and no snapshot "+
+		"that could be restored covers the entries before it (readable snapshots: %s); "+
+		"the state cannot be rebuilt from this directory, which is damaged (a snapshot lost, or one that does not read back)",
+		where, first, found)
 }
 
 func (s *Server) closeStores() {

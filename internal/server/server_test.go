@@ -19,16 +19,38 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func newTestServer(t *testing.T, dir string, clk *clocktest.Fake) *Server {
 	t.Helper()
+	return newTunedServer(t, dir, clk, nil)
+}
+
+// testConfig is the configuration of the test servers: in-memory
+// transport, short raft timeouts, then tune (if not nil) on raft's config.
+func testConfig(dir string, clk *clocktest.Fake, tune func(*raft.Config)) Config {
 	_, trans := raft.NewInmemTransport("node1")
-	s, err := New(Config{
+	return Config{
 		NodeName: "node1", DataDir: dir, Transport: trans, Clock: clk,
 		Logger: hclog.New(&hclog.LoggerOptions{Output: io.Discard}),
 		RaftTuning: func(c *raft.Config) {
 			c.HeartbeatTimeout = 50 * time.Millisecond
 			c.ElectionTimeout = 50 * time.Millisecond
 			c.LeaderLeaseTimeout = 50 * time.Millisecond
+			if tune != nil {
+				tune(c)
+			}
 		},
-	})
+	}
+}
+
+// newTunedServer is newTestServer with tune applied to raft's config.
+func newTunedServer(t *testing.T, dir string, clk *clocktest.Fake, tune func(*raft.Config)) *Server {
+	t.Helper()
+	return startServer(t, testConfig(dir, clk, tune))
+}
+
+// startServer starts a server on cfg and waits until it leads with its
+// node registered; it is shut down when the test ends.
+func startServer(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,14 @@ type record struct {
 var dumped = []string{tabIndex, tabNodes, tabServices, tabChecks, tabSessions,
 	tabKVs, tabTombstones, tabDelays, tabQueries}
 
+// tabOldSessionChecks is a table that snapshots written before session-check
+// bindings were derived from the sessions themselves still carry: one
+// record (Node, CheckID, Session) per binding. The sessions records of those
+// snapshots hold the same checks, from which Restore rebuilds the bindings,
+// so these records are skipped. Refusing them would leave a data directory
+// whose newest snapshot is that old unable to start.
+const tabOldSessionChecks = "session_checks"
+
 // Persist writes the snapshot as a stream of JSON records.
 func (sn *Snapshot) Persist(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
@@ -152,6 +160,9 @@ func Restore(r io.Reader) (*Store, error) {
 			break
 		} else if err != nil {
 			return nil, fmt.Errorf("state: reading snapshot: %w", err)
+		}
+		if rec.T == tabOldSessionChecks {
+			continue
 		}
 		obj, err := newObj(rec.T)
 		if err != nil {

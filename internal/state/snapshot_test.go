@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"bytes"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -173,5 +174,48 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 	if _, err := state.Restore(strings.NewReader(`{"Version":2}`)); err == nil ||
 		!strings.Contains(err.Error(), "version 2") {
 		t.Errorf("unknown version error %v does not name the version", err)
+	}
+}
+
+// TestRestoreSnapshotWithSessionChecks restores a snapshot written before
+// session-check bindings were derived from the sessions (testdata, written
+// by the store of that time from populate and populateSessions): it has a
+// "session_checks" record per binding. A data directory whose newest
+// snapshot is of that kind must still start: the restored store is the one
+// the same snapshot gives without those records, and it invalidates the
+// same sessions for the same commands.
+func TestRestoreSnapshotWithSessionChecks(t *testing.T) {
+	old, err := os.ReadFile("testdata/snapshot-v1-session-checks.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(old, []byte(`{"T":"session_checks",`)) {
+		t.Fatal("the testdata has no session_checks records")
+	}
+	got, err := state.Restore(bytes.NewReader(old))
+	if err != nil {
+		t.Fatalf("restoring a snapshot with session_checks records: %v", err)
+	}
+	f := populate(t)
+	populateSessions(f)
+	if a, b := readAll(t, got), readAll(t, f.s); !reflect.DeepEqual(a, b) {
+		t.Fatalf("restored store differs:\n got  %+v\n want %+v", a, b)
+	}
+	g := &fx{t: t, s: got, idx: f.idx, now: f.now}
+	for _, h := range []*fx{f, g} {
+		h.now = h.now.Add(time.Second)
+		h.check("n1", "c1", state.HealthCritical)                           // rel, dup
+		h.deregister(&state.DeregisterRequest{Node: "n3", CheckID: "http"}) // del, multi
+	}
+	if a, b := readAll(t, f.s), readAll(t, g.s); !reflect.DeepEqual(a, b) {
+		t.Fatalf("original and restored diverged:\n orig     %+v\n restored %+v", a, b)
+	}
+	// A snapshot of the restored store is today's format.
+	var now bytes.Buffer
+	if err := got.Snapshot().Persist(&now); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(now.Bytes(), []byte("session_checks")) {
+		t.Fatal("a new snapshot still writes session_checks records")
 	}
 }
