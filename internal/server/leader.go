@@ -202,33 +202,32 @@ func (s *Server) storedSessionID(id string) string {
 }
 
 // onSessionExpired is called by the timers when a session's TTL ran out.
-// It must not block the timers, so the destroy is proposed elsewhere.
+// It must not block the timers, so the destroy is proposed elsewhere. If
+// that fails for another reason than the end of this term (a disk that
+// refuses the log's writes for a while), the session's timer is armed again
+// to try once more a little later, for as long as this server leads: the
+// timers belong to the term, so a retry never outlives it, and a session
+// whose TTL ran out is never left without one.
 func (s *Server) onSessionExpired(id string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		backoff := 100 * time.Millisecond
-		for attempt := 0; attempt < 8; attempt++ {
-			if _, sess := s.State().SessionGet(nil, id); sess == nil {
-				return // already invalidated another way (destroy, check, node)
-			}
-			_, err := s.apply(fsm.TypeSessionDestroy, fsm.SessionDestroy{ID: id})
-			if err == nil {
-				s.log.Debug("session expired", "session", id)
-				return
-			}
-			if err == ErrShuttingDown || err == ErrNoLeader {
-				return // the next leader re-arms the timer
-			}
-			s.log.Warn("invalidating an expired session failed; retrying", "session", id, "error", err)
-			t := s.clk.NewTimer(backoff)
-			select {
-			case <-s.shutdownCh:
-				t.Stop()
-				return
-			case <-t.C():
-			}
-			backoff *= 2
+		if _, sess := s.State().SessionGet(nil, id); sess == nil {
+			return // already invalidated another way (destroy, check, node)
+		}
+		_, err := s.apply(fsm.TypeSessionDestroy, fsm.SessionDestroy{ID: id})
+		switch {
+		case err == nil:
+			s.log.Debug("session expired", "session", id)
+		case err == ErrShuttingDown || err == ErrNoLeader:
+			// The next leader arms the timer again.
+		default:
+			s.log.Warn("invalidating an expired session failed; trying again", "session", id, "in", expiryRetry, "error", err)
+			s.timers.Reset(id, expiryRetry)
 		}
 	}()
 }
+
+// expiryRetry is how long the leader waits before it tries again to
+// invalidate an expired session after a failed attempt.
+const expiryRetry = time.Second
