@@ -123,8 +123,7 @@ type Agent struct {
 	checks   map[string]*runner
 	services map[string]*state.Service
 	closed   bool
-	pending  *savedState          // read from StateFile, not restored yet
-	ttlStart map[string]time.Time // restored TTL checks: when their TTL started
+	pending  *savedState // read from StateFile, not restored yet
 
 	saveMu    sync.Mutex  // one write of StateFile at a time
 	restoring atomic.Bool // Restore runs: it saves once at the end
@@ -151,8 +150,7 @@ func New(cfg Config) *Agent {
 	if cfg.OutputUpdateInterval == 0 {
 		cfg.OutputUpdateInterval = DefaultOutputUpdateInterval
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, checks: map[string]*runner{}, services: map[string]*state.Service{},
-		ttlStart: map[string]time.Time{}}
+	a := &Agent{cfg: cfg, log: cfg.Logger, checks: map[string]*runner{}, services: map[string]*state.Service{}}
 	if cfg.StateFile != "" {
 		if err := a.load(); err != nil {
 			a.log.Error(err.Error())
@@ -274,6 +272,21 @@ func (a *Agent) validate(def *state.CheckDefinition) (checkKind, error) {
 			def.Method = http.MethodGet
 		}
 		def.Method = strings.ToUpper(def.Method)
+		// Refused here rather than failing every probe: such a check
+		// could never pass.
+		if !isToken(def.Method) {
+			return "", invalidf("Method %q of check %q is not an HTTP method", def.Method, name)
+		}
+		for k, vs := range def.Header {
+			if !isToken(k) {
+				return "", invalidf("Header %q of check %q is not a valid header name", k, name)
+			}
+			for _, v := range vs {
+				if strings.ContainsAny(v, "\r\n\x00") {
+					return "", invalidf("Header %q of check %q has a value with a line break or NUL in it", k, name)
+				}
+			}
+		}
 	case kindTCP:
 		if _, _, err := net.SplitHostPort(def.TCP); err != nil {
 			return "", invalidf("TCP %q of check %q is not host:port: %v", def.TCP, name, err)
@@ -289,6 +302,24 @@ func (a *Agent) validate(def *state.CheckDefinition) (checkKind, error) {
 		def.Timeout = a.cfg.DefaultTimeout
 	}
 	return kind, nil
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110), as a method or
+// a header name must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func joinKinds(ks []checkKind) string {
@@ -327,6 +358,12 @@ func (a *Agent) catalogCheck(def *state.CheckDefinition, kind checkKind, status,
 // the error comes back. A check with a ServiceID must belong to a service
 // registered on this agent. def is not retained.
 func (a *Agent) RegisterCheck(ctx context.Context, def *state.CheckDefinition) error {
+	return a.registerCheck(ctx, def, time.Time{})
+}
+
+// registerCheck is RegisterCheck for a TTL that started at start (a
+// restored check's), or at registration if start is zero.
+func (a *Agent) registerCheck(ctx context.Context, def *state.CheckDefinition, start time.Time) error {
 	d := *def
 	kind, err := a.validate(&d)
 	if err != nil {
@@ -347,7 +384,7 @@ func (a *Agent) RegisterCheck(ctx context.Context, def *state.CheckDefinition) e
 	if d.ID == state.SerfCheckID {
 		return invalidf("Check ID %q is reserved for the agent's gossip health", d.ID)
 	}
-	p := a.prepare(&d, kind)
+	p := a.prepare(&d, kind, start)
 	holds := a.holdRunners([]string{d.ID})
 	err = a.cfg.Catalog.Register(ctx, &state.RegisterRequest{Node: a.cfg.Node, SkipNodeUpdate: true, Check: p.hc})
 	a.finish(holds, []*prepared{p}, err == nil)
@@ -467,6 +504,12 @@ func (a *Agent) Checks() []*state.HealthCheck {
 // named "service:<id>" (with ":<n>" when there are several), one without a
 // Name "Service '<name>' check". svc and checks are not retained.
 func (a *Agent) RegisterService(ctx context.Context, svc *state.Service, checks []*state.CheckDefinition, replaceChecks bool) error {
+	return a.registerService(ctx, svc, checks, replaceChecks, nil)
+}
+
+// registerService is RegisterService with, for each check, when its TTL
+// started (starts[i], if there and not zero) rather than at registration.
+func (a *Agent) registerService(ctx context.Context, svc *state.Service, checks []*state.CheckDefinition, replaceChecks bool, starts []time.Time) error {
 	s := *svc
 	s.Node = a.cfg.Node
 	s.CreateIndex, s.ModifyIndex = 0, 0
@@ -514,7 +557,11 @@ func (a *Agent) RegisterService(ctx context.Context, svc *state.Service, checks 
 	ids := make([]string, len(defs))
 	req := &state.RegisterRequest{Node: a.cfg.Node, SkipNodeUpdate: true, Service: &s}
 	for i, d := range defs {
-		ps[i] = a.prepare(d, kinds[i])
+		var start time.Time
+		if i < len(starts) {
+			start = starts[i]
+		}
+		ps[i] = a.prepare(d, kinds[i], start)
 		ids[i] = d.ID
 		req.Checks = append(req.Checks, ps[i].hc)
 	}
@@ -554,8 +601,9 @@ func (a *Agent) RegisterService(ctx context.Context, svc *state.Service, checks 
 
 // DeregisterService stops a service's checks and removes the service and
 // its checks from the catalog in one step (invalidating the sessions bound
-// to them). ErrNotFound for a service this agent does not have. If the
-// catalog write fails nothing changes.
+// to them). A service kept in the state file that Restore has not brought
+// back yet is removed too, and forgotten. ErrNotFound for a service this
+// agent does not have. If the catalog write fails nothing changes.
 func (a *Agent) DeregisterService(ctx context.Context, id string) error {
 	if id == "" {
 		return invalidf("Missing service ID")
@@ -565,6 +613,7 @@ func (a *Agent) DeregisterService(ctx context.Context, id string) error {
 	a.mu.Lock()
 	closed := a.closed
 	_, ok := a.services[id]
+	pending := a.pendingServiceLocked(id)
 	var ids []string
 	for cid, r := range a.checks {
 		if r.def.ServiceID == id {
@@ -575,7 +624,7 @@ func (a *Agent) DeregisterService(ctx context.Context, id string) error {
 	if closed {
 		return ErrClosed
 	}
-	if !ok {
+	if !ok && !pending {
 		return notFoundf("Unknown service ID %q: no such service is registered on this agent", id)
 	}
 	holds := a.holdRunners(ids)
@@ -583,6 +632,8 @@ func (a *Agent) DeregisterService(ctx context.Context, id string) error {
 	if err == nil {
 		a.mu.Lock()
 		delete(a.services, id)
+		// A saved copy not restored yet must not bring it back.
+		a.forgetPendingServiceLocked(id)
 		a.mu.Unlock()
 	}
 	a.finish(holds, nil, err == nil)
@@ -618,14 +669,14 @@ type prepared struct {
 	at   time.Time // when it was registered: the start of its TTL
 }
 
-func (a *Agent) prepare(def *state.CheckDefinition, kind checkKind) *prepared {
-	at := a.cfg.Clock.Now()
-	a.mu.Lock()
-	if t, ok := a.ttlStart[def.ID]; ok { // restored: the rest of its TTL
-		at = t
-		delete(a.ttlStart, def.ID)
+// prepare makes the catalog entry of a check about to start. A TTL check
+// restored from the state file passes when its TTL started (it gets only
+// the rest of it); a zero start means now.
+func (a *Agent) prepare(def *state.CheckDefinition, kind checkKind, start time.Time) *prepared {
+	at := start
+	if at.IsZero() {
+		at = a.cfg.Clock.Now()
 	}
-	a.mu.Unlock()
 	return &prepared{def: *def, kind: kind, hc: a.catalogCheck(def, kind, def.Status, ""), at: at}
 }
 
@@ -694,23 +745,48 @@ func truncate(s string) string {
 // tcp) and this run does not know. Nothing runs them any more: a TTL check
 // left passing would otherwise keep the sessions bound to it alive forever.
 // Deregistering invalidates those sessions, as losing the check should.
+// Such a check of a service this run does not know either tells that the
+// earlier run registered the service: the service is deregistered with its
+// checks, rather than left in the catalog with none (and so healthy).
 // inCatalog is the node's checks as the catalog has them; checks registered
-// through the catalog API (no agent type) are left alone.
+// through the catalog API (no agent type) are left alone. Registrations
+// wait while it runs, so that none made meanwhile is taken for stale.
 func (a *Agent) ForgetStale(ctx context.Context, inCatalog []*state.HealthCheck) error {
+	a.regMu.Lock()
+	defer a.regMu.Unlock()
 	known := make(map[string]bool)
-	for _, c := range a.Checks() {
-		known[c.CheckID] = true
-	}
-	for _, id := range a.pendingChecks() { // kept for a Restore to come
+	knownSvc := make(map[string]bool)
+	a.mu.Lock()
+	for id := range a.checks {
 		known[id] = true
 	}
+	for id := range a.services {
+		knownSvc[id] = true
+	}
+	if p := a.pending; p != nil { // kept for a Restore to come
+		for _, s := range p.Services {
+			knownSvc[savedServiceID(s)] = true
+		}
+	}
+	a.mu.Unlock()
+	for _, id := range a.pendingChecks() {
+		known[id] = true
+	}
+	gone := make(map[string]bool) // services deregistered here
 	for _, c := range inCatalog {
-		if c.Node != a.cfg.Node || known[c.CheckID] {
+		if c.Node != a.cfg.Node || known[c.CheckID] || gone[c.ServiceID] {
 			continue
 		}
 		switch checkKind(c.Type) {
 		case kindTTL, kindHTTP, kindTCP:
 		default:
+			continue
+		}
+		if sid := c.ServiceID; sid != "" && !knownSvc[sid] {
+			if err := a.cfg.Catalog.Deregister(ctx, &state.DeregisterRequest{Node: a.cfg.Node, ServiceID: sid}); err != nil {
+				return fmt.Errorf("agent: forgetting stale service %q: %w", sid, err)
+			}
+			gone[sid] = true
 			continue
 		}
 		if err := a.cfg.Catalog.Deregister(ctx, &state.DeregisterRequest{Node: a.cfg.Node, CheckID: c.CheckID}); err != nil {

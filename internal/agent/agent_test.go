@@ -34,6 +34,7 @@ type fakeCatalog struct {
 	mu     sync.Mutex
 	idx    uint64
 	fail   error
+	failID string // if set, fail refuses only writes of this check
 	writes chan string
 }
 
@@ -50,8 +51,33 @@ func newFakeCatalog(t *testing.T, clk *clocktest.Fake) *fakeCatalog {
 
 func (f *fakeCatalog) setFail(err error) {
 	f.mu.Lock()
-	f.fail = err
+	f.fail, f.failID = err, ""
 	f.mu.Unlock()
+}
+
+// failOnly refuses the registrations of one check ID with err, and lets
+// every other write through.
+func (f *fakeCatalog) failOnly(id string, err error) {
+	f.mu.Lock()
+	f.fail, f.failID = err, id
+	f.mu.Unlock()
+}
+
+// refuses says whether the writes of a registration touching these check
+// IDs fail now.
+func (f *fakeCatalog) refuses(ids []string) bool {
+	if f.fail == nil {
+		return false
+	}
+	if f.failID == "" {
+		return true
+	}
+	for _, id := range ids {
+		if id == f.failID {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *fakeCatalog) Register(ctx context.Context, req *state.RegisterRequest) error {
@@ -65,10 +91,12 @@ func (f *fakeCatalog) Register(ctx context.Context, req *state.RegisterRequest) 
 	if req.Check != nil {
 		checks = append([]*state.HealthCheck{req.Check}, checks...)
 	}
+	var ids []string
 	for _, c := range checks {
 		parts = append(parts, c.CheckID+"="+c.Status)
+		ids = append(ids, c.CheckID)
 	}
-	if f.fail != nil {
+	if f.refuses(ids) {
 		f.writes <- "failed register " + strings.Join(parts, " ")
 		return f.fail
 	}
@@ -87,7 +115,7 @@ func (f *fakeCatalog) Deregister(ctx context.Context, req *state.DeregisterReque
 	if req.ServiceID != "" {
 		what = "service " + req.ServiceID
 	}
-	if f.fail != nil {
+	if f.refuses([]string{req.CheckID}) {
 		f.writes <- "failed deregister " + what
 		return f.fail
 	}
@@ -315,6 +343,12 @@ func TestRegisterCheckRefusesBadDefinitions(t *testing.T) {
 		{state.CheckDefinition{Name: "x", TTL: time.Second, Status: "ok"}, `Invalid initial status "ok" of check "x"`},
 		{state.CheckDefinition{Name: "x", TTL: time.Second, ServiceID: "web"}, `ServiceID "web" of check "x" is not a service registered on this agent`},
 		{state.CheckDefinition{Name: state.SerfCheckID, TTL: time.Second}, `reserved`},
+		{state.CheckDefinition{Name: "x", HTTP: "http://127.0.0.1/", Interval: time.Second, Method: "GET X"},
+			`Method "GET X" of check "x" is not an HTTP method`},
+		{state.CheckDefinition{Name: "x", HTTP: "http://127.0.0.1/", Interval: time.Second,
+			Header: map[string][]string{"Bad Name": {"v"}}}, `Header "Bad Name" of check "x" is not a valid header name`},
+		{state.CheckDefinition{Name: "x", HTTP: "http://127.0.0.1/", Interval: time.Second,
+			Header: map[string][]string{"X-A": {"a\r\nX-B: b"}}}, `Header "X-A" of check "x" has a value with a line break or NUL in it`},
 	}
 	for _, c := range cases {
 		err := e.ag.RegisterCheck(ctx(), &c.def)

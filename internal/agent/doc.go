@@ -31,7 +31,8 @@
 // # Restarts
 //
 // With Config.StateFile set, the registry is written to that file after
-// every change and every TTL update, and a new Agent on the same file
+// every change, every TTL update and every status change of a probed
+// check, and a new Agent on the same file
 // registers it again (Restore): a TTL check with its status and what was
 // left of its TTL, so the sessions bound to it survive the restart as they
 // do in Consul. ForgetStale then removes only what no run of the agent

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -19,8 +20,9 @@ import (
 // what nobody runs), and every session bound to one with them.
 //
 // The file is rewritten whole, atomically, after each change of the
-// registry and after each TTL update: the status of a TTL check and when
-// its TTL runs out are part of what is kept. A TTL check comes back with
+// registry, after each TTL update and after each status change of an HTTP
+// or TCP check: every check's status, and when a TTL check's TTL runs
+// out, are part of what is kept. A TTL check comes back with
 // the status it had and the rest of its TTL; one whose TTL ran out while
 // the agent was down comes back critical. Other checks come back with
 // their last status until their first probe, which runs at once.
@@ -63,8 +65,29 @@ func (a *Agent) load() error {
 		}
 		return fmt.Errorf("agent: %s is not a state file (%v); moved to %s, starting with no registrations", a.cfg.StateFile, err, aside)
 	}
+	// A null entry (a hand-edited file) holds nothing to restore.
+	st.Services = slices.DeleteFunc(st.Services, func(s *state.Service) bool { return s == nil })
+	st.Checks = slices.DeleteFunc(st.Checks, func(c *savedCheck) bool { return c == nil })
 	a.pending = &st
 	return nil
+}
+
+// savedServiceID is the ID a saved service is registered under: its ID,
+// or its name if it has none (see RegisterService).
+func savedServiceID(s *state.Service) string {
+	if s.ID != "" {
+		return s.ID
+	}
+	return s.Service
+}
+
+// savedCheckID is the ID a saved check of no service is registered under:
+// its ID, or its name if it has none (see validate).
+func savedCheckID(d *state.CheckDefinition) string {
+	if d.ID != "" {
+		return d.ID
+	}
+	return d.Name
 }
 
 // save writes the registry to the state file, the restored part that is
@@ -96,20 +119,30 @@ func (a *Agent) snapshot() *savedState {
 		cur, exp := r.saved()
 		st.Checks = append(st.Checks, &savedCheck{Definition: r.def, Status: cur.Status, Expires: exp})
 	}
+	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].ID < st.Services[j].ID })
+	sort.Slice(st.Checks, func(i, j int) bool { return st.Checks[i].Definition.ID < st.Checks[j].Definition.ID })
+	// What is still pending goes after the registry, in the order it was
+	// read: the order of a service's checks names those without an ID, and
+	// of entries that share an ID decides which one is registered. Once a
+	// service is registered (restored, or through the API since), its
+	// saved copy and the saved checks it had are superseded; so is a saved
+	// check of no service once its ID is registered.
 	if p := a.pending; p != nil {
 		for _, s := range p.Services {
-			if a.services[s.ID] == nil {
+			if a.services[savedServiceID(s)] == nil {
 				st.Services = append(st.Services, s)
 			}
 		}
 		for _, c := range p.Checks {
-			if a.checks[c.Definition.ID] == nil {
+			if sid := c.Definition.ServiceID; sid != "" {
+				if a.services[sid] == nil {
+					st.Checks = append(st.Checks, c)
+				}
+			} else if a.checks[savedCheckID(&c.Definition)] == nil {
 				st.Checks = append(st.Checks, c)
 			}
 		}
 	}
-	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].ID < st.Services[j].ID })
-	sort.Slice(st.Checks, func(i, j int) bool { return st.Checks[i].Definition.ID < st.Checks[j].Definition.ID })
 	return st
 }
 
@@ -146,10 +179,11 @@ func writeFileAtomic(path string, b []byte) error {
 
 // Restore registers again what the state file held when the agent was
 // made: its services with their checks, then the checks of no service.
-// A service or check registered since (through the API) is left as it is.
-// What fails to register stays pending, kept in the file, and not
-// forgotten by ForgetStale; Restore may be called again. A server calls it
-// once it leads, before ForgetStale.
+// A service or check registered since (through the API) is left as it is,
+// and its saved copy dropped. What fails to register stays pending, kept
+// in the file, and not forgotten by ForgetStale; Restore may be called
+// again, and tries only that. A server calls it once it leads, before
+// ForgetStale.
 func (a *Agent) Restore(ctx context.Context) error {
 	a.mu.Lock()
 	p := a.pending
@@ -165,13 +199,6 @@ func (a *Agent) Restore(ctx context.Context) error {
 		a.restoring.Store(false)
 		a.save()
 	}()
-	// A TTL start a failed registration left unused must not shorten the
-	// TTL of a later registration of the same ID through the API.
-	defer func() {
-		a.mu.Lock()
-		clear(a.ttlStart)
-		a.mu.Unlock()
-	}()
 	now := a.cfg.Clock.Now()
 	byService := map[string][]*savedCheck{}
 	var alone []*savedCheck
@@ -182,51 +209,100 @@ func (a *Agent) Restore(ctx context.Context) error {
 			alone = append(alone, c)
 		}
 	}
+	// left is what failed: only that stays pending. An entry restored is
+	// not kept beside the registration it became, which may carry another
+	// ID (a saved check or service without one is named when registered).
+	left := &savedState{Version: stateVersion}
 	var firstErr error
 	note := func(what string, err error) {
 		if err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("agent: restoring %s: %w", what, err)
 		}
 	}
+	known := map[string]bool{}
 	for _, s := range p.Services {
-		if a.hasService(s.ID) {
-			continue
+		id := savedServiceID(s)
+		known[id] = true
+		if a.hasService(id) {
+			continue // registered since, or by an earlier entry of the file
 		}
-		defs := make([]*state.CheckDefinition, 0, len(byService[s.ID]))
-		for _, c := range byService[s.ID] {
-			defs = append(defs, a.restoredDefinition(c, now))
+		cs := byService[id]
+		defs := make([]*state.CheckDefinition, len(cs))
+		starts := make([]time.Time, len(cs))
+		for i, c := range cs {
+			defs[i], starts[i] = restoredDefinition(c, now)
 		}
-		note("service "+s.ID, a.RegisterService(ctx, s, defs, false))
+		if err := a.registerService(ctx, s, defs, false, starts); err != nil {
+			note("service "+id, err)
+			left.Services = append(left.Services, s)
+			left.Checks = append(left.Checks, cs...)
+		}
+	}
+	for id, cs := range byService {
+		if !known[id] {
+			// Nothing can bring these back: their service is not in the
+			// file. The agent never writes such a file.
+			a.log.Warn("dropping saved checks of a service the state file does not have", "service", id, "checks", len(cs))
+		}
 	}
 	for _, c := range alone {
-		if a.hasCheck(c.Definition.ID) {
+		id := savedCheckID(&c.Definition)
+		if a.hasCheck(id) {
 			continue
 		}
-		note("check "+c.Definition.ID, a.RegisterCheck(ctx, a.restoredDefinition(c, now)))
+		def, start := restoredDefinition(c, now)
+		if err := a.registerCheck(ctx, def, start); err != nil {
+			note("check "+id, err)
+			left.Checks = append(left.Checks, c)
+		}
 	}
+	a.mu.Lock()
 	if firstErr == nil {
-		a.mu.Lock()
 		a.pending = nil
-		a.mu.Unlock()
+	} else if cur := a.pending; cur != nil {
+		// What failed, less what was deregistered meanwhile (which
+		// replaced a.pending with a copy that lacks it).
+		failedSvc := make(map[*state.Service]bool, len(left.Services))
+		for _, s := range left.Services {
+			failedSvc[s] = true
+		}
+		failedChk := make(map[*savedCheck]bool, len(left.Checks))
+		for _, c := range left.Checks {
+			failedChk[c] = true
+		}
+		next := &savedState{Version: cur.Version}
+		for _, s := range cur.Services {
+			if failedSvc[s] {
+				next.Services = append(next.Services, s)
+			}
+		}
+		for _, c := range cur.Checks {
+			if failedChk[c] {
+				next.Checks = append(next.Checks, c)
+			}
+		}
+		a.pending = next
 	}
+	a.mu.Unlock()
 	return firstErr
 }
 
-// restoredDefinition is the definition to register a saved check with:
-// its last status, and for a TTL check the rest of its TTL (see prepare).
-func (a *Agent) restoredDefinition(c *savedCheck, now time.Time) *state.CheckDefinition {
+// restoredDefinition is the definition to register a saved check with,
+// with its last status. For a TTL check with time left it also returns
+// when that TTL started, so that the check gets only the rest of it; the
+// zero time otherwise (the TTL starts at registration).
+func restoredDefinition(c *savedCheck, now time.Time) (*state.CheckDefinition, time.Time) {
 	d := c.Definition
 	d.Status = c.Status
+	var start time.Time
 	if d.TTL > 0 {
 		if c.Expires.IsZero() || !now.Before(c.Expires) {
 			d.Status = state.HealthCritical
 		} else {
-			a.mu.Lock()
-			a.ttlStart[d.ID] = c.Expires.Add(-d.TTL)
-			a.mu.Unlock()
+			start = c.Expires.Add(-d.TTL)
 		}
 	}
-	return &d
+	return &d, start
 }
 
 func (a *Agent) hasService(id string) bool {
@@ -250,9 +326,47 @@ func (a *Agent) pendingChecks() []string {
 	}
 	ids := make([]string, 0, len(a.pending.Checks))
 	for _, c := range a.pending.Checks {
-		ids = append(ids, c.Definition.ID)
+		if c.Definition.ServiceID == "" {
+			ids = append(ids, savedCheckID(&c.Definition))
+		} else {
+			ids = append(ids, c.Definition.ID)
+		}
 	}
 	return ids
+}
+
+// pendingServiceLocked reports whether a saved service of this ID waits
+// for Restore. a.mu must be held.
+func (a *Agent) pendingServiceLocked(id string) bool {
+	if a.pending == nil {
+		return false
+	}
+	for _, s := range a.pending.Services {
+		if savedServiceID(s) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// forgetPendingServiceLocked drops a saved service, and the saved checks
+// it had, once the service is deregistered. a.mu must be held.
+func (a *Agent) forgetPendingServiceLocked(id string) {
+	if a.pending == nil {
+		return
+	}
+	p := &savedState{Version: a.pending.Version}
+	for _, s := range a.pending.Services {
+		if savedServiceID(s) != id {
+			p.Services = append(p.Services, s)
+		}
+	}
+	for _, c := range a.pending.Checks {
+		if c.Definition.ServiceID != id {
+			p.Checks = append(p.Checks, c)
+		}
+	}
+	a.pending = p
 }
 
 // forgetPending drops a saved check that was deregistered before Restore
@@ -265,9 +379,9 @@ func (a *Agent) forgetPending(id string) {
 	}
 	kept := a.pending.Checks[:0:0]
 	for _, c := range a.pending.Checks {
-		if c.Definition.ID != id {
+		if c.Definition.ID != id && (c.Definition.ServiceID != "" || savedCheckID(&c.Definition) != id) {
 			kept = append(kept, c)
 		}
 	}
-	a.pending.Checks = kept
+	a.pending = &savedState{Version: a.pending.Version, Services: a.pending.Services, Checks: kept}
 }

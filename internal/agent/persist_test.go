@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -182,6 +183,204 @@ func TestUnreadableStateFile(t *testing.T) {
 	}
 }
 
+// An HTTP check comes back with the status it last had, not the one it
+// had when it was saved for another reason: a check that went passing
+// after its registration must not come back critical, which would
+// invalidate the sessions bound to it in the restart.
+func TestRestoreProbedCheckKeepsItsLastStatus(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "agent.json")
+	clk := clocktest.NewFake(epoch)
+	cat := newFakeCatalog(t, clk)
+	first := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	def := &state.CheckDefinition{Name: "web", HTTP: srv.URL, Interval: time.Minute}
+	if err := first.RegisterCheck(ctx(), def); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register web=critical") // the initial status, saved with the registration
+	cat.expect(t, "register web=passing")  // the first probe
+	cat.session(t, "s1", "web")
+	first.Close()
+
+	second := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	defer second.Close()
+	if err := second.Restore(ctx()); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register web=passing")
+	if !cat.sessionAlive("s1") {
+		t.Fatal("the session bound to a passing HTTP check died in the restart")
+	}
+}
+
+// The file an agent writes after restoring what it could is one it
+// restores in full at its next start: a saved entry that came back under
+// a name it did not carry (a check with no ID, a service with no ID) is
+// not kept besides the registration it became, and an entry that failed
+// stays pending without holding back the rest.
+func TestRestoreTwiceRestoresTheSame(t *testing.T) {
+	expires := epoch.Add(5 * time.Second).Format(time.RFC3339)
+	unnamed := `{"definition":{"ServiceID":"web","TTL":10000000000},"status":"passing","expires":"` + expires + `"}`
+	cases := map[string]string{
+		// Two checks of web without an ID, named service:web:1 and :2
+		// when registered; the check with no name and no ID cannot be
+		// registered and keeps the file's entries pending.
+		"unnamed service checks": `{"version":1,"services":[{"ID":"web","Service":"web"}],"checks":[` +
+			unnamed + `,` + unnamed + `,{"definition":{"TTL":10000000000}}]}`,
+		// A service given by name only, after the same service by ID:
+		// the second entry must not hide the first one's checks later.
+		"service without an ID": `{"version":1,"services":[{"ID":"web","Service":"web"},{"Service":"web","Port":80}],"checks":[` +
+			`{"definition":{"ID":"c","ServiceID":"web","TTL":10000000000},"status":"passing","expires":"` + expires + `"},` +
+			`{"definition":{"TTL":10000000000}}]}`,
+		// An unnamed check of a service that registers next to one named
+		// as the unnamed one will be.
+		"generated ID taken": `{"version":1,"services":[{"ID":"a","Service":"a"}],"checks":[` +
+			`{"definition":{"ServiceID":"a","TTL":10000000000},"status":"passing","expires":"` + expires + `"},` +
+			`{"definition":{"ID":"b","ServiceID":"a","TCP":"127.0.0.1:1","Interval":1000000000},"status":"critical"},` +
+			`{"definition":{"ID":"x","TCP":"127.0.0.1:1","TTL":10000000000}}]}`,
+	}
+	for name, in := range cases {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "agent.json")
+			if err := os.WriteFile(file, []byte(in), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			clk := clocktest.NewFake(epoch)
+			cat := &quietCatalog{st: state.New(), now: epoch}
+			cat.Register(ctx(), &state.RegisterRequest{Node: node, Address: "127.0.0.1"})
+			var runs [][]string
+			for run := 0; run < 3; run++ {
+				ag := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file, Dialer: failDialer{}})
+				if err := ag.Restore(ctx()); err == nil {
+					t.Fatalf("run %d: Restore succeeded, though one entry cannot be registered", run)
+				}
+				var ids []string
+				for _, c := range ag.Checks() {
+					ids = append(ids, c.CheckID+"@"+c.ServiceID)
+				}
+				ag.Close()
+				runs = append(runs, ids)
+			}
+			for run := 1; run < len(runs); run++ {
+				if strings.Join(runs[run], " ") != strings.Join(runs[0], " ") {
+					t.Fatalf("restored %v, then %v at start %d", runs[0], runs[run], run+1)
+				}
+			}
+			if len(runs[0]) == 0 {
+				t.Fatal("nothing restored")
+			}
+		})
+	}
+}
+
+// An entry of the file that is JSON null is skipped, not followed.
+func TestStateFileNullEntries(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "agent.json")
+	in := `{"version":1,"services":[null,{"ID":"web","Service":"web"}],"checks":[null,` +
+		`{"definition":{"ID":"app","TTL":10000000000},"status":"passing","expires":"2026-01-01T00:00:05Z"}]}`
+	if err := os.WriteFile(file, []byte(in), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktest.NewFake(epoch)
+	cat := newFakeCatalog(t, clk)
+	ag := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	defer ag.Close()
+	if err := ag.Restore(ctx()); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register service web")
+	cat.expect(t, "register app=passing")
+	if got := ag.Checks(); len(got) != 1 || len(ag.Services()) != 1 {
+		t.Fatalf("restored %d checks and %d services", len(got), len(ag.Services()))
+	}
+}
+
+// A service deregistered while something else of the file is still
+// pending stays deregistered: neither the next Restore nor the next start
+// brings it (or its checks) back.
+func TestDeregisteredServiceStaysGone(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "agent.json")
+	clk := clocktest.NewFake(epoch)
+	cat := newFakeCatalog(t, clk)
+	first := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	if err := first.RegisterService(ctx(), &state.Service{Service: "web"},
+		[]*state.CheckDefinition{{TTL: time.Minute, Status: state.HealthPassing}}, false); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register service web service:web=passing")
+	if err := first.RegisterCheck(ctx(), ttlCheck("b", time.Minute, state.HealthPassing)); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register b=passing")
+	first.Close()
+
+	second := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	cat.failOnly("b", errors.New("no leader"))
+	if err := second.Restore(ctx()); err == nil {
+		t.Fatal("Restore succeeded with b refused")
+	}
+	cat.expect(t, "register service web service:web=passing")
+	cat.expect(t, "failed register b=passing")
+	if err := second.DeregisterService(ctx(), "web"); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "deregister service web")
+	cat.setFail(nil)
+	if err := second.Restore(ctx()); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register b=passing")
+	cat.quiet(t)
+	second.Close()
+
+	third := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	defer third.Close()
+	if err := third.Restore(ctx()); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register b=passing")
+	cat.quiet(t)
+	if got := third.Services(); len(got) != 0 {
+		t.Fatalf("deregistered service came back: %+v", got)
+	}
+}
+
+// A saved service that could not be registered again can still be
+// deregistered: it is forgotten, and removed from the catalog.
+func TestDeregisterPendingService(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "agent.json")
+	clk := clocktest.NewFake(epoch)
+	cat := newFakeCatalog(t, clk)
+	first := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	if err := first.RegisterService(ctx(), &state.Service{Service: "web"},
+		[]*state.CheckDefinition{{TTL: time.Minute, Status: state.HealthPassing}}, false); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register service web service:web=passing")
+	first.Close()
+
+	second := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	defer second.Close()
+	cat.setFail(errors.New("no leader"))
+	if err := second.Restore(ctx()); err == nil {
+		t.Fatal("Restore succeeded with the catalog refusing writes")
+	}
+	cat.expect(t, "failed register service web service:web=passing")
+	cat.setFail(nil)
+	if err := second.DeregisterService(ctx(), "web"); err != nil {
+		t.Fatalf("deregistering a service kept for a Restore to come: %v", err)
+	}
+	cat.expect(t, "deregister service web")
+	if err := second.Restore(ctx()); err != nil {
+		t.Fatal(err)
+	}
+	cat.quiet(t)
+	if b, err := os.ReadFile(file); err != nil || strings.Contains(string(b), `"web"`) {
+		t.Fatalf("the state file still has the deregistered service: %v\n%s", err, b)
+	}
+}
+
 func checksOf(cat *fakeCatalog) []*state.HealthCheck {
 	_, cs := cat.st.NodeChecks(nil, node)
 	return cs
@@ -223,6 +422,13 @@ func FuzzStateFile(f *testing.F) {
 		`{"definition":{"ID":"app","Name":"app","TTL":30000000000},"status":"warning","expires":"2025-12-31T23:59:00Z"}]}`))
 	f.Add([]byte(`{"version":1,"services":[],"checks":[{"definition":{"ID":"t","Name":"t","TCP":"127.0.0.1:1","Interval":1000000000}},` +
 		`{"definition":{"ID":"","Name":""}},{"definition":{"ID":"x","ServiceID":"nope","TTL":5000000000}}]}`))
+	// Entries restored under another ID than the one saved, one that
+	// cannot be registered, and null entries.
+	f.Add([]byte(`{"version":1,"services":[{"ID":"web","Service":"web"},{"Service":"web"}],"checks":[` +
+		`{"definition":{"ServiceID":"web","TTL":10000000000},"status":"passing","expires":"2026-01-01T00:00:05Z"},` +
+		`{"definition":{"ServiceID":"web","TTL":10000000000},"status":"passing","expires":"2026-01-01T00:00:05Z"},` +
+		`{"definition":{"Name":"n","TTL":10000000000}},{"definition":{"TTL":10000000000}},null]}`))
+	f.Add([]byte(`{"version":1,"services":[null],"checks":[null]}`))
 	f.Add([]byte(`{"version":2}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, in []byte) {

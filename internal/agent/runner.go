@@ -123,8 +123,15 @@ func (r *runner) run() {
 				r.startProbe()
 			}
 		case st := <-r.results:
+			changed := st.Status != r.status().Status
 			r.set(st)
 			r.maybeSync()
+			if changed {
+				// The state file keeps each check's last status, which a
+				// restart registers again: a probed check that went
+				// passing must not come back with an older critical.
+				r.a.save()
+			}
 			if r.timer == nil {
 				r.timer = r.clk.NewTimer(r.def.Interval)
 			} else {

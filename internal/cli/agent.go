@@ -99,7 +99,8 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	logger := hclog.New(&hclog.LoggerOptions{Name: "holdfast", Level: level, Output: stdio.Err})
 	defer startHeapFloor(uint64(*gcFloor) << 20)()
 	if !*isServer {
-		return runClientAgent(ctx, stdio, clientOptions{node: *node, datacenter: *dc, httpAddr: *httpAddr, gossip: gopts, logger: logger})
+		return runClientAgent(ctx, stdio, clientOptions{node: *node, datacenter: *dc, httpAddr: *httpAddr, gossip: gopts,
+			logger: logger, dataDir: dir})
 	}
 
 	ln, err := net.Listen("tcp", *httpAddr)

@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,16 +22,19 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/holdfast/holdfast/clock"
 	"github.com/holdfast/holdfast/internal/agent"
 	"github.com/holdfast/holdfast/internal/gossip"
 	"github.com/holdfast/holdfast/internal/httpapi"
+	"github.com/holdfast/holdfast/internal/state"
 )
 
-// The client agent (holdfast agent -server=false): no raft and no state,
-// only gossip and the HTTP API. It joins a server's pool, which makes the
-// leader register its node with a serfHealth check, and forwards every HTTP
-// request to a server it learned from the pool (a member with role=server
-// and an http tag). Two things it answers or amends itself:
+// The client agent (holdfast agent -server=false): no raft and no
+// replicated state, only gossip, the HTTP API and its own checks. It joins
+// a server's pool, which makes the leader register its node with a
+// serfHealth check, and forwards every HTTP request to a server it learned
+// from the pool (a member with role=server and an http tag). What it
+// answers or amends itself:
 //
 //   - PUT /v1/session/create without a Node gets this agent's node, so
 //     sessions made through it live and die with it;
@@ -39,7 +43,9 @@ import (
 //   - the agent's check and service endpoints are served here: the checks
 //     run on this agent, for this node, and their results are written to
 //     the catalog through a server (forwarded, a server would apply them to
-//     its own node).
+//     its own node). When it starts, it registers again what its data
+//     directory kept, if it has one, and drops from the catalog the checks
+//     of an earlier run that nothing runs now (settleChecks).
 //
 // When the agent is stopped (SIGINT or SIGTERM) it leaves the pool
 // gracefully, so its node is deregistered; when it is killed, the pool
@@ -124,7 +130,14 @@ type clientOptions struct {
 	httpAddr   string
 	gossip     gossipOptions
 	logger     hclog.Logger
+	// dataDir, if set, keeps the agent's checks and services across
+	// restarts, as a server agent keeps them in its data directory.
+	dataDir string
 }
+
+// clientStateFile is the client agent's registrations file in its data
+// directory (named apart from a server agent's, in case both share one).
+const clientStateFile = "client-agent-registrations.json"
 
 func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 	if o.node == "" {
@@ -147,9 +160,18 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 		return &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "gossip: ")}
 	}
 	c := newClientAgent(o.node, o.datacenter, ln.Addr().String(), pool, o.logger)
+	stateFile := ""
+	if o.dataDir != "" {
+		if err := os.MkdirAll(o.dataDir, 0o700); err != nil {
+			pool.Shutdown()
+			return &ExitError{Code: 1, Msg: fmt.Sprintf("agent: cannot create the data directory: %v", err)}
+		}
+		stateFile = filepath.Join(o.dataDir, clientStateFile)
+	}
 	// The agent's own checks and services run here, on this node, and are
 	// written to the catalog through a server's HTTP API.
 	ag := agent.New(agent.Config{Node: o.node, Logger: slog.New(hclogHandler{o.logger.Named("agent")}),
+		StateFile: stateFile,
 		Catalog: &agent.HTTPCatalog{Base: func() (string, error) {
 			if srv := c.server(); srv != "" {
 				return "http://" + srv, nil
@@ -165,9 +187,17 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 	jctx, stopJoin := context.WithCancel(ctx)
 	defer stopJoin()
 	startJoin(jctx, pool, o.gossip.joins, o.logger)
+	settled := make(chan struct{})
+	go func() {
+		defer close(settled)
+		c.settleChecks(jctx, ag, clock.Real())
+	}()
 
 	fmt.Fprintf(stdio.Out, "holdfast agent running (client: no raft; requests go to a server learned through gossip)\n  node:    %s\n  http:    http://%s\n  gossip:  %s\n  join:    %s\n",
 		o.node, ln.Addr(), pool.Addr(), strings.Join(o.gossip.joins, ", "))
+	if o.dataDir != "" {
+		fmt.Fprintf(stdio.Out, "  data:    %s (the agent's checks and services)\n", o.dataDir)
+	}
 
 	var runErr error
 	select {
@@ -177,6 +207,7 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 		runErr = &ExitError{Code: 1, Msg: "agent: HTTP server stopped: " + err.Error()}
 	}
 	stopJoin()
+	<-settled
 	// Leave first, so the servers deregister this node rather than wait to
 	// declare it failed.
 	if err := pool.Leave(5 * time.Second); err != nil {
@@ -187,6 +218,85 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 	hs.Shutdown(sctx)
 	pool.Shutdown()
 	return runErr
+}
+
+// settleChecks runs once when the client agent starts. As soon as it
+// knows a server, it registers again what its state file kept, then
+// deregisters the checks that an earlier run of this node left in the
+// catalog and that this run does not know (agent.ForgetStale): nothing
+// runs them any more, and one left passing would keep the sessions bound
+// to it alive for ever. A server agent does the same once it leads. Until
+// it has done both it retries, waiting on clk from joinRetryFirst up to
+// joinRetryMax; it gives up when ctx ends.
+func (c *clientAgent) settleChecks(ctx context.Context, ag *agent.Agent, clk clock.Clock) {
+	wait := joinRetryFirst
+	for attempt := 1; ; attempt++ {
+		err := c.settleOnce(ctx, ag)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if attempt > 1 || !errors.Is(err, errNoServer) {
+			c.log.Warn("could not bring the agent's checks in line with the catalog yet; will retry",
+				"attempt", attempt, "retry_in", wait, "error", err)
+		}
+		t := clk.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		wait = min(2*wait, joinRetryMax)
+	}
+}
+
+var errNoServer = errors.New("No known Consul servers")
+
+// settleOnce is one attempt of settleChecks.
+func (c *clientAgent) settleOnce(ctx context.Context, ag *agent.Agent) error {
+	srv := c.server()
+	if srv == "" {
+		return errNoServer
+	}
+	// What the state file holds but cannot be registered (a definition
+	// the agent now refuses) stays pending, and is not retried here.
+	if err := ag.Restore(ctx); err != nil && !errors.Is(err, state.ErrInvalidRequest) {
+		return err
+	}
+	checks, err := c.nodeChecks(ctx, srv)
+	if err != nil {
+		return err
+	}
+	return ag.ForgetStale(ctx, checks)
+}
+
+// nodeChecks reads this node's checks from the catalog of the server at
+// srv.
+func (c *clientAgent) nodeChecks(ctx context.Context, srv string) ([]*state.HealthCheck, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	u := &url.URL{Scheme: "http", Host: srv, Path: "/v1/health/node/" + c.node}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reading this node's checks from %s: %w", srv, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("reading this node's checks from %s: %s: %s", srv, resp.Status, bytes.TrimSpace(msg))
+	}
+	var checks []*state.HealthCheck
+	if err := json.NewDecoder(resp.Body).Decode(&checks); err != nil {
+		return nil, fmt.Errorf("reading this node's checks from %s: %w", srv, err)
+	}
+	return checks, nil
 }
 
 // clientAgent is the HTTP side of a client agent.

@@ -7,8 +7,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -238,6 +240,31 @@ func (f fakePool) Member(name string) (gossip.Member, bool) {
 	return gossip.Member{}, false
 }
 
+// livePool is a fakePool whose members a test changes while the client
+// agent reads them.
+type livePool struct {
+	mu sync.Mutex
+	ms fakePool
+}
+
+func (p *livePool) Members() []gossip.Member {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]gossip.Member(nil), p.ms...)
+}
+
+func (p *livePool) Member(name string) (gossip.Member, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ms.Member(name)
+}
+
+func (p *livePool) set(ms fakePool) {
+	p.mu.Lock()
+	p.ms = ms
+	p.mu.Unlock()
+}
+
 func TestClientAgentPicksAServer(t *testing.T) {
 	srv := func(name, http string, st gossip.Status) gossip.Member {
 		return gossip.Member{Name: name, Addr: "10.0.0.1", Status: st, Tags: map[string]string{"role": "server", "http": http}}
@@ -319,5 +346,126 @@ func TestClientAgentRunsItsOwnChecks(t *testing.T) {
 			t.Fatalf("session bound to the lapsed client check still alive: %s", body)
 		}
 		runtime.Gosched()
+	}
+}
+
+// A client agent that starts again does not leave the checks its last run
+// registered frozen in the catalog: nothing runs them any more, and a TTL
+// check left passing would keep the sessions bound to it alive for ever.
+// Once it knows a server it drops them (which ends those sessions); checks
+// registered through the catalog API, serfHealth, and checks it runs now
+// are left alone.
+func TestClientAgentDropsChecksOfItsLastRun(t *testing.T) {
+	srv := servertest.New(t, servertest.Options{})
+	ctx := context.Background()
+	// The last run of client1 registered "old" (and a session is bound to
+	// it); "manual" came through the catalog API.
+	if err := srv.Register(ctx, &state.RegisterRequest{Node: "client1", Address: "127.0.0.1",
+		Checks: []*state.HealthCheck{
+			{CheckID: state.SerfCheckID, Status: state.HealthPassing},
+			{CheckID: "old", Status: state.HealthPassing, Type: "ttl"},
+			{CheckID: "kept", Status: state.HealthPassing, Type: "ttl"},
+			{CheckID: "manual", Status: state.HealthPassing},
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := do(t, "PUT", srv.URL+"/v1/session/create", `{"Node":"client1","NodeChecks":["old"]}`)
+	if code != 200 {
+		t.Fatalf("session create: %d %s", code, body)
+	}
+	var created struct{ ID string }
+	if err := json.Unmarshal([]byte(body), &created); err != nil {
+		t.Fatal(err)
+	}
+
+	pool := &livePool{}
+	c := newClientAgent("client1", "dc1", "x", pool, hclog.NewNullLogger())
+	clk := clocktest.NewFake(servertest.Epoch)
+	ag := agent.New(agent.Config{Node: "client1", Clock: clk, Catalog: &agent.HTTPCatalog{Base: func() (string, error) {
+		return "http://" + c.server(), nil
+	}}})
+	defer ag.Close()
+	done := make(chan struct{})
+	sctx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); <-done }()
+	go func() {
+		defer close(done)
+		c.settleChecks(sctx, ag, clk)
+	}()
+	// No server known yet: it waits and tries again.
+	if err := clk.BlockUntilWaiters(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := ag.RegisterCheck(ctx, &state.CheckDefinition{ID: "kept", Name: "kept", TTL: time.Minute, Status: state.HealthPassing}); err == nil {
+		t.Fatal("registered a check with no server to write it through")
+	}
+	pool.set(fakePool{{Name: "node1", Addr: "127.0.0.1", Status: gossip.StatusAlive,
+		Tags: map[string]string{"role": "server", "http": srv.Addr}}})
+	if err := ag.RegisterCheck(ctx, &state.CheckDefinition{ID: "kept", Name: "kept", TTL: time.Minute, Status: state.HealthPassing}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(joinRetryFirst)
+	<-done
+	code, body = do(t, "GET", srv.URL+"/v1/health/node/client1", "")
+	var checks []struct{ CheckID string }
+	if err := json.Unmarshal([]byte(body), &checks); code != 200 || err != nil {
+		t.Fatalf("node checks: %d %s %v", code, body, err)
+	}
+	var ids []string
+	for _, c := range checks {
+		ids = append(ids, c.CheckID)
+	}
+	if got := strings.Join(ids, " "); got != "kept manual serfHealth" {
+		t.Fatalf("checks of client1 after the restart: %s", got)
+	}
+	if code, body := do(t, "GET", srv.URL+"/v1/session/info/"+created.ID, ""); code != 200 || body != "[]" {
+		t.Fatalf("session bound to the dropped check: %d %s", code, body)
+	}
+}
+
+// With a state file, a client agent that starts again registers its
+// checks again before it drops stale ones: a session bound to a TTL check
+// that still had time left lives on.
+func TestClientAgentRestoresItsChecks(t *testing.T) {
+	srv := servertest.New(t, servertest.Options{})
+	ctx := context.Background()
+	if err := srv.Register(ctx, &state.RegisterRequest{Node: "client1", Address: "127.0.0.1",
+		Check: &state.HealthCheck{CheckID: state.SerfCheckID, Status: state.HealthPassing}}); err != nil {
+		t.Fatal(err)
+	}
+	pool := fakePool{{Name: "node1", Addr: "127.0.0.1", Status: gossip.StatusAlive,
+		Tags: map[string]string{"role": "server", "http": srv.Addr}}}
+	file := filepath.Join(t.TempDir(), clientStateFile)
+	clk := clocktest.NewFake(servertest.Epoch)
+	start := func() (*clientAgent, *agent.Agent) {
+		c := newClientAgent("client1", "dc1", "x", pool, hclog.NewNullLogger())
+		ag := agent.New(agent.Config{Node: "client1", Clock: clk, StateFile: file, Catalog: &agent.HTTPCatalog{Base: func() (string, error) {
+			return "http://" + c.server(), nil
+		}}})
+		return c, ag
+	}
+	c, ag := start()
+	c.settleChecks(ctx, ag, clk)
+	if err := ag.RegisterCheck(ctx, &state.CheckDefinition{ID: "app", Name: "app", TTL: time.Minute, Status: state.HealthPassing}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := do(t, "PUT", srv.URL+"/v1/session/create", `{"Node":"client1","NodeChecks":["app"]}`)
+	if code != 200 {
+		t.Fatalf("session create: %d %s", code, body)
+	}
+	var created struct{ ID string }
+	if err := json.Unmarshal([]byte(body), &created); err != nil {
+		t.Fatal(err)
+	}
+	ag.Close()
+
+	c, ag = start()
+	defer ag.Close()
+	c.settleChecks(ctx, ag, clk)
+	if got := ag.Checks(); len(got) != 1 || got[0].CheckID != "app" || got[0].Status != state.HealthPassing {
+		t.Fatalf("checks after the restart: %+v", got)
+	}
+	if code, body := do(t, "GET", srv.URL+"/v1/session/info/"+created.ID, ""); code != 200 || body == "[]" {
+		t.Fatalf("session bound to the restored check: %d %s", code, body)
 	}
 }
