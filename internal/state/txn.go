@@ -30,21 +30,8 @@ type TxnError struct {
 func (s *Store) Txn(idx uint64, now time.Time, ops []*TxnOp) ([]*TxnResult, []*TxnError) {
 	tx := s.write(idx, now)
 	defer tx.Abort()
-	var results []*TxnResult
-	var errs []*TxnError
-	for i, op := range ops {
-		if op == nil || op.KV == nil {
-			errs = append(errs, &TxnError{OpIndex: i, What: "no operation specified"})
-			continue
-		}
-		res, err := tx.txnKV(op.KV)
-		if err != nil {
-			errs = append(errs, &TxnError{OpIndex: i, What: err.Error()})
-			continue
-		}
-		results = append(results, res...)
-	}
-	if len(errs) > 0 {
+	results, errs := tx.runOps(ops, false)
+	if errs != nil {
 		return nil, errs
 	}
 	tx.Commit()
@@ -58,6 +45,14 @@ func (s *Store) Txn(idx uint64, now time.Time, ops []*TxnOp) ([]*TxnResult, []*T
 func (s *Store) TxnRead(ops []*TxnOp) (uint64, []*TxnResult, []*TxnError) {
 	tx := &wtx{Txn: s.db.Txn(false), kw: s.kw}
 	defer tx.Abort()
+	results, errs := tx.runOps(ops, true)
+	return tx.kvt().Index, results, errs
+}
+
+// runOps runs ops in tx, in order, each seeing the effects of those before
+// it. It returns their results, or (results nil) the errors of those that
+// failed. readOnly refuses an operation that writes.
+func (tx *wtx) runOps(ops []*TxnOp, readOnly bool) ([]*TxnResult, []*TxnError) {
 	var results []*TxnResult
 	var errs []*TxnError
 	for i, op := range ops {
@@ -65,7 +60,7 @@ func (s *Store) TxnRead(ops []*TxnOp) (uint64, []*TxnResult, []*TxnError) {
 		case op == nil || op.KV == nil:
 			errs = append(errs, &TxnError{OpIndex: i, What: "no operation specified"})
 			continue
-		case !op.KV.Op.ReadOnly():
+		case readOnly && !op.KV.Op.ReadOnly():
 			errs = append(errs, &TxnError{OpIndex: i, What: fmt.Sprintf("%q writes: not in a read-only transaction", op.KV.Op)})
 			continue
 		}
@@ -76,11 +71,10 @@ func (s *Store) TxnRead(ops []*TxnOp) (uint64, []*TxnResult, []*TxnError) {
 		}
 		results = append(results, res...)
 	}
-	idx := tx.kvt().Index
-	if len(errs) > 0 {
-		return idx, nil, errs
+	if errs != nil {
+		return nil, errs
 	}
-	return idx, results, nil
+	return results, nil
 }
 
 func noValue(e *DirEntry) []*TxnResult {
