@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/holdfast/holdfast/clock"
 	"github.com/holdfast/holdfast/internal/state"
 )
@@ -274,11 +276,11 @@ func (a *Agent) validate(def *state.CheckDefinition) (checkKind, error) {
 		def.Method = strings.ToUpper(def.Method)
 		// Refused here rather than failing every probe: such a check
 		// could never pass.
-		if !isToken(def.Method) {
+		if def.Method == "" || strings.IndexFunc(def.Method, func(r rune) bool { return !httpguts.IsTokenRune(r) }) >= 0 {
 			return "", invalidf("Method %q of check %q is not an HTTP method", def.Method, name)
 		}
 		for k, vs := range def.Header {
-			if !isToken(k) {
+			if !httpguts.ValidHeaderFieldName(k) {
 				return "", invalidf("Header %q of check %q is not a valid header name", k, name)
 			}
 			for _, v := range vs {
@@ -302,24 +304,6 @@ func (a *Agent) validate(def *state.CheckDefinition) (checkKind, error) {
 		def.Timeout = a.cfg.DefaultTimeout
 	}
 	return kind, nil
-}
-
-// isToken reports whether s is an HTTP token (RFC 9110), as a method or
-// a header name must be.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 func joinKinds(ks []checkKind) string {
