@@ -22,6 +22,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/clock"
 	"github.com/holdfast/holdfast/internal/agent"
 	"github.com/holdfast/holdfast/internal/gossip"
@@ -278,25 +279,20 @@ func (c *clientAgent) settleOnce(ctx context.Context, ag *agent.Agent) error {
 func (c *clientAgent) nodeChecks(ctx context.Context, srv string) ([]*state.HealthCheck, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	u := &url.URL{Scheme: "http", Host: srv, Path: "/v1/health/node/" + c.node}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	cl, err := api.NewClient(&api.Config{Address: srv, HTTPClient: http.DefaultClient})
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	in, _, err := cl.Health().Node(ctx, c.node, nil)
 	if err != nil {
 		return nil, fmt.Errorf("reading this node's checks from %s: %w", srv, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("reading this node's checks from %s: %s: %s", srv, resp.Status, bytes.TrimSpace(msg))
+	// What ForgetStale looks at.
+	out := make([]*state.HealthCheck, len(in))
+	for i, h := range in {
+		out[i] = &state.HealthCheck{Node: h.Node, CheckID: h.CheckID, ServiceID: h.ServiceID, Type: h.Type}
 	}
-	var checks []*state.HealthCheck
-	if err := json.NewDecoder(resp.Body).Decode(&checks); err != nil {
-		return nil, fmt.Errorf("reading this node's checks from %s: %w", srv, err)
-	}
-	return checks, nil
+	return out, nil
 }
 
 // clientAgent is the HTTP side of a client agent.
