@@ -89,7 +89,7 @@ func (h *handler) fence(w http.ResponseWriter, r *http.Request, key string) erro
 	}
 	out := fenceJSON{Valid: invalid == nil}
 	switch {
-	case ent != nil && ent.Flags == state.SemaphoreFlags && ent.Session == "":
+	case state.IsSemaphoreLock(ent):
 		if out.Valid {
 			out.Session, out.LockIndex = sess, li
 		}

@@ -11,10 +11,10 @@ import (
 // (api/recipe.Semaphore) shares.
 const SemaphoreFlags uint64 = 0xe0f69a2baa414de0
 
-// SemaphoreLockName is the last segment of a semaphore's .lock key: the
+// semaphoreLockName is the last segment of a semaphore's .lock key: the
 // semaphore on prefix P keeps its holders in P/.lock and each contender's
 // entry in P/<session>.
-const SemaphoreLockName = ".lock"
+const semaphoreLockName = ".lock"
 
 // CheckSequencer reports (as nil) whether the sequencer (key, session,
 // index) names a hold that is current; get reads a key (nil if absent).
@@ -31,7 +31,7 @@ const SemaphoreLockName = ".lock"
 // that ends loses its entry and every sequencer it had.
 func CheckSequencer(get func(key string) *DirEntry, key, session string, index uint64) error {
 	cur := get(key)
-	if cur == nil || cur.Flags != SemaphoreFlags || !isSemaphoreLock(key) {
+	if !IsSemaphoreLock(cur) {
 		return checkLock(cur, key, session, index)
 	}
 	var lk struct{ Holders map[string]bool }
@@ -44,7 +44,7 @@ func CheckSequencer(get func(key string) *DirEntry, key, session string, index u
 	case index > cur.ModifyIndex:
 		return fmt.Errorf("failed permit check for semaphore %q: index %d is ahead of the semaphore's %d", key, index, cur.ModifyIndex)
 	}
-	ckey := SemaphoreContender(key, session)
+	ckey := strings.TrimSuffix(key, semaphoreLockName) + session
 	c := get(ckey)
 	switch {
 	case c == nil || c.Session != session:
@@ -56,15 +56,12 @@ func CheckSequencer(get func(key string) *DirEntry, key, session string, index u
 	return nil
 }
 
-// isSemaphoreLock reports whether key is named as a semaphore's .lock key.
-func isSemaphoreLock(key string) bool {
-	return key == SemaphoreLockName || strings.HasSuffix(key, "/"+SemaphoreLockName)
-}
-
-// SemaphoreContender returns the key of session's contender entry in the
-// semaphore whose .lock key is lockKey.
-func SemaphoreContender(lockKey, session string) string {
-	return strings.TrimSuffix(lockKey, SemaphoreLockName) + session
+// IsSemaphoreLock reports whether e is a semaphore's .lock key: named so,
+// with the semaphore's Flags. CheckSequencer checks a permit on such a key,
+// a lock on any other.
+func IsSemaphoreLock(e *DirEntry) bool {
+	return e != nil && e.Flags == SemaphoreFlags &&
+		(e.Key == semaphoreLockName || strings.HasSuffix(e.Key, "/"+semaphoreLockName))
 }
 
 // checkLock is the lock check: key held by session at LockIndex index.
