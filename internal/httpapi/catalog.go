@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"net/http"
-	"strings"
 
 	"github.com/holdfast/holdfast/internal/state"
 	"github.com/holdfast/holdfast/internal/watch"
@@ -40,7 +39,7 @@ func (h *handler) catalogRegister(w http.ResponseWriter, r *http.Request, _ stri
 	if in.Node == "" {
 		return invalidf("Must provide node")
 	}
-	dc, err := h.bodyDatacenter(in.Datacenter)
+	dc, err := h.ownDatacenter(in.Datacenter)
 	if err != nil {
 		return err
 	}
@@ -85,7 +84,7 @@ func (h *handler) catalogDeregister(w http.ResponseWriter, r *http.Request, _ st
 	if in.Node == "" {
 		return invalidf("Must provide node")
 	}
-	if _, err := h.bodyDatacenter(in.Datacenter); err != nil {
+	if _, err := h.ownDatacenter(in.Datacenter); err != nil {
 		return err
 	}
 	if in.CheckID != "" && in.ServiceID != "" {
@@ -95,19 +94,6 @@ func (h *handler) catalogDeregister(w http.ResponseWriter, r *http.Request, _ st
 		return err
 	}
 	return writeJSON(w, r, true)
-}
-
-// bodyDatacenter checks the Datacenter a request body names. None, or
-// this server's in any case, means this server's, which it returns; any
-// other is refused, as ?dc is: holdfast serves one datacenter and cannot
-// forward, and quietly applying the request here would change the wrong
-// catalog.
-func (h *handler) bodyDatacenter(dc string) (string, error) {
-	own := h.b.Datacenter()
-	if dc == "" || strings.EqualFold(dc, own) {
-		return own, nil
-	}
-	return "", invalidf("Unknown datacenter %q: this server only serves %q", dc, own)
 }
 
 // withDatacenter returns n with this server's datacenter filled in when

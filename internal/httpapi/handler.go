@@ -206,11 +206,21 @@ func (h *handler) checkDatacenter(r *http.Request) error {
 		// skip parsing the query, which the endpoint parses again anyway.
 		return nil
 	}
-	dc := query(r).Get("dc")
-	if dc == "" || strings.EqualFold(dc, h.b.Datacenter()) {
-		return nil
+	_, err := h.ownDatacenter(query(r).Get("dc"))
+	return err
+}
+
+// ownDatacenter checks a datacenter a request names (?dc, or a body's
+// Datacenter). None, or this server's in any case, means this server's,
+// which it returns; any other is refused: holdfast serves one datacenter
+// and does not forward, and applying the request here would change the
+// wrong catalog.
+func (h *handler) ownDatacenter(dc string) (string, error) {
+	own := h.b.Datacenter()
+	if dc == "" || strings.EqualFold(dc, own) {
+		return own, nil
 	}
-	return invalidf("Unknown datacenter %q: this server only serves %q", dc, h.b.Datacenter())
+	return "", invalidf("Unknown datacenter %q: this server only serves %q", dc, own)
 }
 
 // errCancelled answers a request whose context ended while it waited: the
