@@ -202,62 +202,59 @@ func (sem *Semaphore) contend(ctx context.Context) error {
 	return nil
 }
 
-// state reads the prefix and returns the .lock entry (a synthetic one if
-// absent), its decoded and pruned value, and whether our contender entry
-// is there.
-func (sem *Semaphore) state(ctx context.Context, q *api.QueryOptions) (*api.KVPair, *semaphoreLock, bool, *api.QueryMeta, error) {
-	lockPair, lk, ours, _, qm, err := sem.read(ctx, q)
-	return lockPair, lk, ours, qm, err
+// semView is the semaphore as one read of its prefix shows it.
+type semView struct {
+	lockPair *api.KVPair    // the .lock entry (a synthetic one if absent)
+	lk       *semaphoreLock // its value, decoded, dead holders pruned
+	ours     bool           // our contender entry is there, held by us
+	dead     []*api.KVPair  // contender entries whose session died (Behavior "release" leaves them)
 }
 
-// read is state that also returns the contender entries whose session
-// died (left unlocked by Behavior "release").
-func (sem *Semaphore) read(ctx context.Context, q *api.QueryOptions) (*api.KVPair, *semaphoreLock, bool, []*api.KVPair, *api.QueryMeta, error) {
+// read reads the prefix.
+func (sem *Semaphore) read(ctx context.Context, q *api.QueryOptions) (*semView, *api.QueryMeta, error) {
 	pairs, qm, err := sem.kv.List(ctx, sem.prefix+"/", q)
 	if err != nil {
-		return nil, nil, false, nil, nil, err
+		return nil, nil, err
 	}
-	lockPair := &api.KVPair{Key: sem.lockKey(), Flags: SemaphoreFlagValue}
+	v := &semView{lockPair: &api.KVPair{Key: sem.lockKey(), Flags: SemaphoreFlagValue}}
 	alive := map[string]bool{}
-	ours := false
-	var dead []*api.KVPair
 	for _, p := range pairs {
 		if p.Key == sem.lockKey() {
-			lockPair = p
+			v.lockPair = p
 		}
 		if p.Session != "" {
 			alive[p.Session] = true
 		}
 		if p.Key == sem.contenderKey() && p.Session == sem.s.id {
-			ours = true
+			v.ours = true
 		}
 		if p.Session == "" && p.Key != sem.lockKey() && p.Flags == SemaphoreFlagValue &&
 			!strings.Contains(strings.TrimPrefix(p.Key, sem.prefix+"/"), "/") {
-			dead = append(dead, p)
+			v.dead = append(v.dead, p)
 		}
 	}
-	if lockPair.Flags != SemaphoreFlagValue {
-		return nil, nil, false, nil, qm, ErrSemaphoreConflict
+	if v.lockPair.Flags != SemaphoreFlagValue {
+		return nil, qm, ErrSemaphoreConflict
 	}
-	lk := &semaphoreLock{Limit: sem.limit, Holders: map[string]bool{}}
-	if lockPair.Value != nil {
-		lk = &semaphoreLock{}
-		if err := json.Unmarshal(lockPair.Value, lk); err != nil {
-			return nil, nil, false, nil, qm, fmt.Errorf("lock decoding failed: %w", err)
+	v.lk = &semaphoreLock{Limit: sem.limit, Holders: map[string]bool{}}
+	if v.lockPair.Value != nil {
+		v.lk = &semaphoreLock{}
+		if err := json.Unmarshal(v.lockPair.Value, v.lk); err != nil {
+			return nil, qm, fmt.Errorf("lock decoding failed: %w", err)
 		}
-		if lk.Holders == nil {
-			lk.Holders = map[string]bool{}
+		if v.lk.Holders == nil {
+			v.lk.Holders = map[string]bool{}
 		}
 	}
-	if lk.Limit != sem.limit {
-		return nil, nil, false, nil, qm, fmt.Errorf("semaphore limit conflict (lock: %d, local: %d)", lk.Limit, sem.limit)
+	if v.lk.Limit != sem.limit {
+		return nil, qm, fmt.Errorf("semaphore limit conflict (lock: %d, local: %d)", v.lk.Limit, sem.limit)
 	}
-	for h := range lk.Holders {
+	for h := range v.lk.Holders {
 		if !alive[h] {
-			delete(lk.Holders, h)
+			delete(v.lk.Holders, h)
 		}
 	}
-	return lockPair, lk, ours, dead, qm, nil
+	return v, qm, nil
 }
 
 func (sem *Semaphore) wait(ctx context.Context, once bool) (*Permit, error) {
@@ -268,8 +265,8 @@ func (sem *Semaphore) wait(ctx context.Context, once bool) (*Permit, error) {
 		rejoin bool
 	)
 	for {
-		lockPair, lk, ours, dead, qm, err := sem.read(ctx, &api.QueryOptions{WaitIndex: idx})
-		if err == nil && !ours {
+		v, qm, err := sem.read(ctx, &api.QueryOptions{WaitIndex: idx})
+		if err == nil && !v.ours {
 			// Our entry went away (deleted by someone); put it back once.
 			if rejoin {
 				return nil, errors.New("failed to make contender entry: it keeps disappearing")
@@ -292,6 +289,7 @@ func (sem *Semaphore) wait(ctx context.Context, once bool) (*Permit, error) {
 			continue
 		}
 		errs = 0
+		lk := v.lk
 		if !lk.Holders[sem.s.id] && len(lk.Holders) >= lk.Limit {
 			if once {
 				return nil, ErrSemaphoreFull
@@ -306,7 +304,7 @@ func (sem *Semaphore) wait(ctx context.Context, once bool) (*Permit, error) {
 			return nil, err
 		}
 		ok, resp, _, err := sem.s.c.Txn().Txn(ctx, api.TxnOps{{KV: &api.KVTxnOp{
-			Verb: api.KVCAS, Key: sem.lockKey(), Value: enc, Flags: SemaphoreFlagValue, Index: lockPair.ModifyIndex,
+			Verb: api.KVCAS, Key: sem.lockKey(), Value: enc, Flags: SemaphoreFlagValue, Index: v.lockPair.ModifyIndex,
 		}}}, nil)
 		if err != nil {
 			if !api.IsRetryable(err) || ctx.Err() != nil {
@@ -333,7 +331,7 @@ func (sem *Semaphore) wait(ctx context.Context, once bool) (*Permit, error) {
 		// Behavior "delete" leaves none). Only the contender that got a
 		// slot does it, so a change that wakes every waiter does not make
 		// each of them write. An entry that changed since the read stays.
-		for _, d := range dead {
+		for _, d := range v.dead {
 			sem.kv.DeleteCAS(ctx, d, nil)
 		}
 		return sem.granted(ctx, resp.Results[0].KV.ModifyIndex, untrusted), nil
@@ -365,7 +363,7 @@ func (p *Permit) watch(ctx context.Context, untrusted <-chan struct{}) {
 	var idx uint64
 	errs := 0
 	for {
-		_, lk, ours, qm, err := sem.state(ctx, &api.QueryOptions{WaitIndex: idx, RequireConsistent: true})
+		v, qm, err := sem.read(ctx, &api.QueryOptions{WaitIndex: idx, RequireConsistent: true})
 		if ctx.Err() != nil {
 			return
 		}
@@ -378,7 +376,7 @@ func (p *Permit) watch(ctx context.Context, untrusted <-chan struct{}) {
 			continue
 		}
 		errs = 0
-		if !ours || !lk.Holders[sem.s.id] {
+		if !v.ours || !v.lk.Holders[sem.s.id] {
 			p.markLost(ErrKeyChanged)
 			return
 		}
@@ -455,17 +453,17 @@ func (sem *Semaphore) Destroy(ctx context.Context) error {
 	if held {
 		return ErrSemaphoreHeld
 	}
-	lockPair, lk, _, _, err := sem.state(ctx, nil)
+	v, _, err := sem.read(ctx, nil)
 	if err != nil {
 		return err
 	}
-	if lockPair.ModifyIndex == 0 {
+	if v.lockPair.ModifyIndex == 0 {
 		return nil
 	}
-	if len(lk.Holders) > 0 {
+	if len(v.lk.Holders) > 0 {
 		return ErrSemaphoreInUse
 	}
-	ok, _, err := sem.kv.DeleteCAS(ctx, lockPair, nil)
+	ok, _, err := sem.kv.DeleteCAS(ctx, v.lockPair, nil)
 	if err != nil {
 		return fmt.Errorf("failed to remove semaphore: %w", err)
 	}
