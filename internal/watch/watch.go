@@ -63,8 +63,15 @@ func Block(ctx context.Context, clk clock.Clock, opts Options, q Query) error {
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	t := clk.AfterFunc(opts.Wait, cancel)
-	defer t.Stop()
+	// The wait's timer is armed after the first evaluation: a query that
+	// answers at once needs none, and once it is armed the caller's first
+	// read is done (tests wait for it before writing).
+	var t clock.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 
 	min := opts.MinIndex
 	prevFound := true
@@ -84,6 +91,9 @@ func Block(ctx context.Context, clk clock.Clock, opts Options, q Query) error {
 			min = idx // missing before and still missing: re-baseline, keep waiting
 		}
 		prevFound = found
+		if t == nil {
+			t = clk.AfterFunc(opts.Wait, cancel)
+		}
 		if err := ws.WatchCtx(wctx); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
