@@ -127,8 +127,8 @@ const maxAppendEntries = 512
 // while it leads, the owner of session timers and the other leader duties.
 // Its methods implement httpapi.Backend and are safe for concurrent use.
 type Server struct {
-	// applying counts the calls of applyCommand in flight.
-	applying atomic.Int64
+	// gate lets one batch of commands into raft at a time.
+	gate applyGate
 
 	cfg    Config
 	log    hclog.Logger
@@ -415,18 +415,16 @@ func (s *Server) applyCommand(b []byte) (*fsm.Result, error) {
 	if s.raft.State() != raft.Leader {
 		return nil, ErrNoLeader
 	}
-	// raft.Apply arms a timer for its timeout on every call, only to bound
-	// the wait for room in its apply channel, which BatchApplyCh buffers to
-	// MaxAppendEntries. While at most half that many applies are in flight
-	// (the other half is headroom for Barrier, which shares the channel),
-	// there is room and the timer could never fire, so none is armed.
-	timeout := s.cfg.ApplyTimeout
-	if s.applying.Add(1) <= maxAppendEntries/2 {
-		timeout = 0
+	// The gate keeps at most gateBatch commands in raft's apply channel,
+	// which BatchApplyCh buffers to MaxAppendEntries, so Apply never waits
+	// for room there and needs no timeout (raft would arm a timer for it on
+	// every call).
+	f, baton := s.gate.enter(s.raft, b)
+	err := f.Error()
+	if baton {
+		s.gate.pass(s.raft)
 	}
-	defer s.applying.Add(-1)
-	f := s.raft.Apply(b, timeout)
-	if err := f.Error(); err != nil {
+	if err != nil {
 		switch {
 		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 			errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrEnqueueTimeout):

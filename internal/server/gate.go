@@ -1,0 +1,103 @@
+package server
+
+import (
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// applier is the part of *raft.Raft the apply gate uses.
+type applier interface {
+	Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture
+}
+
+// gateBatch is the most commands the gate lets into raft at once: half of
+// the apply channel (maxAppendEntries), leaving the other half as headroom
+// for Barrier, so that no Apply ever waits for room in the channel.
+const gateBatch = maxAppendEntries / 2
+
+// applyGate lets one batch of commands into raft at a time.
+//
+// Why: raft's leader loop stores a batch of entries (a write and an fsync)
+// and then chooses at random between handing the stored batch to the state
+// machine and storing the entries that arrived meanwhile. Under a steady
+// stream of writes it picks the second half the time, so a write that was
+// already on disk waited for one more store, on average, before it was
+// applied and answered. With the gate, the entries that arrive while a
+// batch is in raft wait here instead; raft's apply channel is empty when
+// the batch is stored, the leader loop has only the commit to do, and the
+// waiting commands go in together, as the next batch, as soon as it is
+// applied. Each command is still its own log entry with its own index.
+//
+// Nobody runs the gate: the command whose Apply opened the current batch,
+// or the last command of it, holds the baton, and once its future has
+// finished it lets in the next batch (or closes the gate when none waits).
+// The state machine answers a batch's entries in log order, so the last
+// one finishing means the batch is through.
+type applyGate struct {
+	mu      sync.Mutex
+	busy    bool // a batch is in raft
+	waiting []*gatedCommand
+}
+
+// gatedCommand is a command waiting for the next batch.
+type gatedCommand struct {
+	cmd []byte
+	f   raft.ApplyFuture
+	// baton is set on the batch's last command.
+	baton bool
+	// in is closed once f is set.
+	in chan struct{}
+}
+
+// enter hands cmd to raft, at once if no batch is in raft, or else with
+// the next batch. It returns the command's future and whether the caller
+// holds the baton, in which case it must call pass once the future has
+// finished, whatever its outcome.
+func (g *applyGate) enter(r applier, cmd []byte) (raft.ApplyFuture, bool) {
+	g.mu.Lock()
+	if !g.busy {
+		g.busy = true
+		g.mu.Unlock()
+		return r.Apply(cmd, 0), true
+	}
+	w := &gatedCommand{cmd: cmd, in: make(chan struct{})}
+	g.waiting = append(g.waiting, w)
+	g.mu.Unlock()
+	<-w.in
+	return w.f, w.baton
+}
+
+// pass lets the waiting commands into raft as one batch, up to gateBatch
+// of them, and gives the baton to the last; with none waiting it closes
+// the gate.
+func (g *applyGate) pass(r applier) {
+	g.mu.Lock()
+	n := len(g.waiting)
+	if n == 0 {
+		g.busy = false
+		g.mu.Unlock()
+		return
+	}
+	if n > gateBatch {
+		n = gateBatch
+	}
+	batch := make([]*gatedCommand, n)
+	copy(batch, g.waiting)
+	rest := copy(g.waiting, g.waiting[n:])
+	clear(g.waiting[rest:])
+	g.waiting = g.waiting[:rest]
+	g.mu.Unlock()
+
+	// All of the batch goes into the apply channel before any of its
+	// callers is woken, so that the leader loop finds it there whole
+	// rather than competing with them for a CPU.
+	for _, w := range batch {
+		w.f = r.Apply(w.cmd, 0)
+	}
+	batch[n-1].baton = true
+	for _, w := range batch {
+		close(w.in)
+	}
+}

@@ -1,0 +1,250 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// heldFuture is an ApplyFuture the test finishes by hand.
+type heldFuture struct {
+	cmd  string
+	done chan struct{}
+	err  error
+}
+
+func (f *heldFuture) Error() error          { <-f.done; return f.err }
+func (f *heldFuture) Response() interface{} { return f.cmd }
+func (f *heldFuture) Index() uint64         { return 0 }
+
+// recordingApplier records every Apply, in order, and returns held futures.
+type recordingApplier struct {
+	mu      sync.Mutex
+	applied []*heldFuture
+}
+
+func (r *recordingApplier) Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture {
+	if timeout != 0 {
+		panic(fmt.Sprintf("gate applied %q with a timeout %v", cmd, timeout))
+	}
+	f := &heldFuture{cmd: string(cmd), done: make(chan struct{})}
+	r.mu.Lock()
+	r.applied = append(r.applied, f)
+	r.mu.Unlock()
+	return f
+}
+
+func (r *recordingApplier) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.applied)
+}
+
+func (r *recordingApplier) at(i int) *heldFuture {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.applied[i]
+}
+
+// waitFor yields until cond holds: the goroutines it waits for need no
+// timer, only a turn on a CPU.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; !cond(); i++ {
+		if i > 10_000_000 {
+			t.Fatalf("never happened: %s", what)
+		}
+		runtime.Gosched()
+	}
+}
+
+func (g *applyGate) waitingLen() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.waiting)
+}
+
+// gatedCall runs one caller of the gate as applyCommand does: enter, wait
+// for the future, pass the baton if it holds it.
+func gatedCall(g *applyGate, r applier, cmd string) (string, error) {
+	f, baton := g.enter(r, []byte(cmd))
+	err := f.Error()
+	if baton {
+		g.pass(r)
+	}
+	if err != nil {
+		return "", err
+	}
+	return f.Response().(string), nil
+}
+
+func TestApplyGateBatches(t *testing.T) {
+	var g applyGate
+	r := &recordingApplier{}
+	results := make(chan string, 16)
+	call := func(cmd string) {
+		got, err := gatedCall(&g, r, cmd)
+		if err != nil {
+			t.Errorf("%s: %v", cmd, err)
+		}
+		results <- got
+	}
+
+	// An idle gate lets a command straight in.
+	go call("a")
+	waitFor(t, "a applied", func() bool { return r.count() == 1 })
+
+	// While "a" is in raft, others wait at the gate in the order they came.
+	for i, c := range []string{"b", "c", "d"} {
+		go call(c)
+		waitFor(t, c+" waiting", func() bool { return g.waitingLen() == i+1 })
+	}
+	if n := r.count(); n != 1 {
+		t.Fatalf("%d commands in raft while the first was in, want 1", n)
+	}
+
+	// "a" finishing lets all three in as one batch, in order.
+	close(r.at(0).done)
+	if got := <-results; got != "a" {
+		t.Fatalf("first result %q", got)
+	}
+	waitFor(t, "b, c, d applied", func() bool { return r.count() == 4 })
+	for i, want := range []string{"a", "b", "c", "d"} {
+		if got := r.at(i).cmd; got != want {
+			t.Fatalf("apply %d was %q, want %q", i, got, want)
+		}
+	}
+
+	// One arriving now waits for the whole batch, not just for its start:
+	// the baton is with "d", the batch's last.
+	go call("e")
+	waitFor(t, "e waiting", func() bool { return g.waitingLen() == 1 })
+	close(r.at(1).done)
+	close(r.at(2).done)
+	<-results
+	<-results
+	if n := r.count(); n != 4 {
+		t.Fatalf("e went in before the batch's last command finished (%d applied)", n)
+	}
+	close(r.at(3).done)
+	<-results
+	waitFor(t, "e applied", func() bool { return r.count() == 5 })
+	close(r.at(4).done)
+	if got := <-results; got != "e" {
+		t.Fatalf("last result %q", got)
+	}
+
+	// The gate is idle again: the next command goes straight in.
+	g.mu.Lock()
+	busy := g.busy
+	g.mu.Unlock()
+	if busy {
+		t.Fatal("gate still busy with nothing in raft")
+	}
+}
+
+// A batch that fails (leadership lost) still passes the baton on, so the
+// commands behind it are not stranded.
+func TestApplyGateFailureReleasesWaiters(t *testing.T) {
+	var g applyGate
+	r := &recordingApplier{}
+	errs := make(chan error, 4)
+	call := func(cmd string) {
+		_, err := gatedCall(&g, r, cmd)
+		errs <- err
+	}
+	go call("a")
+	waitFor(t, "a applied", func() bool { return r.count() == 1 })
+	go call("b")
+	waitFor(t, "b waiting", func() bool { return g.waitingLen() == 1 })
+	lost := errors.New("leadership lost")
+	f := r.at(0)
+	f.err = lost
+	close(f.done)
+	if err := <-errs; !errors.Is(err, lost) {
+		t.Fatalf("a: %v", err)
+	}
+	waitFor(t, "b applied", func() bool { return r.count() == 2 })
+	close(r.at(1).done)
+	if err := <-errs; err != nil {
+		t.Fatalf("b: %v", err)
+	}
+}
+
+// No batch is larger than gateBatch; the rest wait for the next one.
+func TestApplyGateBatchLimit(t *testing.T) {
+	var g applyGate
+	r := &recordingApplier{}
+	var wg sync.WaitGroup
+	call := func(cmd string) {
+		defer wg.Done()
+		if _, err := gatedCall(&g, r, cmd); err != nil {
+			t.Error(err)
+		}
+	}
+	wg.Add(1)
+	go call("first")
+	waitFor(t, "first applied", func() bool { return r.count() == 1 })
+	n := gateBatch + 3
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go call(fmt.Sprint(i))
+	}
+	waitFor(t, "all waiting", func() bool { return g.waitingLen() == n })
+	close(r.at(0).done)
+	waitFor(t, "a full batch applied", func() bool { return r.count() == 1+gateBatch })
+	for i := 1; i <= gateBatch; i++ {
+		close(r.at(i).done)
+	}
+	waitFor(t, "the rest applied", func() bool { return r.count() == 1+n })
+	for i := 1 + gateBatch; i <= n; i++ {
+		close(r.at(i).done)
+	}
+	wg.Wait()
+}
+
+// Many callers at once: every command is applied exactly once and every
+// caller gets its own result.
+func TestApplyGateConcurrent(t *testing.T) {
+	var g applyGate
+	r := &finishingApplier{}
+	var wg sync.WaitGroup
+	for c := 0; c < 16; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				cmd := fmt.Sprintf("%d/%d", c, i)
+				got, err := gatedCall(&g, r, cmd)
+				if err != nil || got != cmd {
+					t.Errorf("%s: got %q, %v", cmd, got, err)
+					return
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	if r.n != 16*200 {
+		t.Fatalf("%d applies, want %d", r.n, 16*200)
+	}
+}
+
+// finishingApplier's futures are finished on arrival.
+type finishingApplier struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (r *finishingApplier) Apply(cmd []byte, _ time.Duration) raft.ApplyFuture {
+	r.mu.Lock()
+	r.n++
+	r.mu.Unlock()
+	f := &heldFuture{cmd: string(cmd), done: make(chan struct{})}
+	close(f.done)
+	return f
+}
