@@ -45,6 +45,10 @@ type applyGate struct {
 	mu      sync.Mutex
 	busy    bool // a batch is in raft
 	waiting []*gatedCommand
+	// closed refuses new commands; drained, once the gate is closed, is
+	// closed when the batch in raft is through.
+	closed  bool
+	drained chan struct{}
 }
 
 // gatedCommand is a command waiting for the next batch.
@@ -63,6 +67,10 @@ type gatedCommand struct {
 // finished, whatever its outcome.
 func (g *applyGate) enter(r applier, cmd []byte) (raft.ApplyFuture, bool) {
 	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return refusedFuture{raft.ErrRaftShutdown}, false
+	}
 	if !g.busy {
 		g.busy = true
 		g.mu.Unlock()
@@ -83,6 +91,10 @@ func (g *applyGate) pass(r applier) {
 	n := len(g.waiting)
 	if n == 0 {
 		g.busy = false
+		if g.drained != nil {
+			close(g.drained)
+			g.drained = nil
+		}
 		g.mu.Unlock()
 		return
 	}
@@ -107,3 +119,35 @@ func (g *applyGate) pass(r applier) {
 		close(w.in)
 	}
 }
+
+// close refuses every command from now on, the waiting ones included, and
+// returns a channel closed once the batch in raft, if any, is through.
+//
+// Why: raft's apply channel is buffered (BatchApplyCh), and a future left
+// in it when raft shuts down is never answered, so its caller would wait
+// for ever. The server closes the gate and waits for it to drain before
+// it shuts raft down.
+func (g *applyGate) close() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	for _, w := range g.waiting {
+		w.f = refusedFuture{raft.ErrRaftShutdown}
+		close(w.in)
+	}
+	g.waiting = nil
+	done := make(chan struct{})
+	if g.busy {
+		g.drained = done
+	} else {
+		close(done)
+	}
+	return done
+}
+
+// refusedFuture is the answer to a command the gate did not let in.
+type refusedFuture struct{ err error }
+
+func (f refusedFuture) Error() error          { return f.err }
+func (f refusedFuture) Response() interface{} { return nil }
+func (f refusedFuture) Index() uint64         { return 0 }

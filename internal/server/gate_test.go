@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -9,6 +10,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/clock/clocktest"
+	"github.com/holdfast/holdfast/internal/state"
+	"github.com/holdfast/holdfast/internal/watch"
 )
 
 // heldFuture is an ApplyFuture the test finishes by hand.
@@ -247,4 +252,126 @@ func (r *finishingApplier) Apply(cmd []byte, _ time.Duration) raft.ApplyFuture {
 	f := &heldFuture{cmd: string(cmd), done: make(chan struct{})}
 	close(f.done)
 	return f
+}
+
+// Through a durable server: many writers at once, each write with its own
+// log entry (so its own ModifyIndex), every one applied; then a shutdown
+// with writers still coming, none of which is left hanging at the gate.
+func TestGateThroughServer(t *testing.T) {
+	s := newTestServer(t, t.TempDir(), clocktest.NewFake(epoch))
+	ctx := context.Background()
+	const writers, each = 16, 40
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				e := state.DirEntry{Key: fmt.Sprintf("gate/%d/%d", w, i), Value: []byte("v")}
+				if ok, _, err := s.KVS(ctx, &state.KVRequest{Op: state.OpSet, Entry: e}); !ok || err != nil {
+					t.Errorf("%s: %v %v", e.Key, ok, err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	seen := map[uint64]string{}
+	for w := 0; w < writers; w++ {
+		for i := 0; i < each; i++ {
+			key := fmt.Sprintf("gate/%d/%d", w, i)
+			_, e := s.State().KVGet(nil, key)
+			if e == nil {
+				t.Fatalf("%s missing", key)
+			}
+			if other, dup := seen[e.ModifyIndex]; dup {
+				t.Fatalf("%s and %s share ModifyIndex %d", key, other, e.ModifyIndex)
+			}
+			seen[e.ModifyIndex] = key
+		}
+	}
+
+	// Writers that keep writing until refused; the shutdown must refuse
+	// every one of them, including those waiting at the gate.
+	stopped := make(chan struct{})
+	var running sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		running.Add(1)
+		go func(w int) {
+			defer running.Done()
+			for i := 0; ; i++ {
+				e := state.DirEntry{Key: fmt.Sprintf("late/%d/%d", w, i)}
+				if _, _, err := s.KVS(ctx, &state.KVRequest{Op: state.OpSet, Entry: e}); err != nil {
+					if !errors.Is(err, ErrShuttingDown) && !errors.Is(err, ErrNoLeader) {
+						t.Errorf("writer %d: %v", w, err)
+					}
+					return
+				}
+			}
+		}(w)
+	}
+	go func() { running.Wait(); close(stopped) }()
+	// Parked on the key's watch until the writers are well under way.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		ws := watch.NewSet()
+		if _, e := s.State().KVGet(ws, fmt.Sprintf("late/%d/%d", writers-1, 3)); e != nil {
+			break
+		}
+		if err := ws.WatchCtx(wctx); err != nil {
+			t.Fatal("the late writers never got going")
+		}
+	}
+	if err := s.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		buf := make([]byte, 1<<20)
+		t.Fatalf("writers still blocked 30 s after the shutdown:\n%s", buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// Closing the gate refuses the waiting commands and new ones, and says
+// when the batch in raft is through.
+func TestApplyGateClose(t *testing.T) {
+	var g applyGate
+	r := &recordingApplier{}
+	errs := make(chan error, 4)
+	call := func(cmd string) {
+		_, err := gatedCall(&g, r, cmd)
+		errs <- err
+	}
+	go call("a")
+	waitFor(t, "a applied", func() bool { return r.count() == 1 })
+	go call("b")
+	waitFor(t, "b waiting", func() bool { return g.waitingLen() == 1 })
+
+	drained := g.close()
+	if err := <-errs; !errors.Is(err, raft.ErrRaftShutdown) {
+		t.Fatalf("waiting b: %v, want refused", err)
+	}
+	if _, err := gatedCall(&g, r, "c"); !errors.Is(err, raft.ErrRaftShutdown) {
+		t.Fatalf("c after close: %v, want refused", err)
+	}
+	select {
+	case <-drained:
+		t.Fatal("drained while a was still in raft")
+	default:
+	}
+	close(r.at(0).done)
+	if err := <-errs; err != nil {
+		t.Fatalf("a: %v", err)
+	}
+	<-drained
+	if n := r.count(); n != 1 {
+		t.Fatalf("%d commands reached raft, want only a", n)
+	}
+	select {
+	case <-g.close(): // closing again, idle: drained at once
+	default:
+		t.Fatal("an idle closed gate is not drained")
+	}
 }

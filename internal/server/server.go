@@ -354,6 +354,14 @@ func (s *Server) Shutdown() error {
 	var err error
 	s.shutdownOnce.Do(func() {
 		close(s.shutdownCh)
+		// No write may be left in raft's apply channel when raft stops
+		// (see applyGate.close). A batch in raft is through within a
+		// store, or fails at once if leadership is lost.
+		select {
+		case <-s.gate.close():
+		case <-time.After(s.cfg.ApplyTimeout):
+			s.log.Warn("shutting down with writes still in raft: their callers may not get an answer")
+		}
 		s.stopGossip()
 		s.wg.Wait()
 		s.stopLeading()
