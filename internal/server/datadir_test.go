@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/hashicorp/raft-wal/fs"
 
 	"github.com/holdfast/holdfast/clock/clocktest"
 	"github.com/holdfast/holdfast/internal/state"
@@ -141,7 +140,7 @@ func TestDamagedSnapshotIsAnError(t *testing.T) {
 // restarted.
 func TestWritesResumeAfterAFailedLogWrite(t *testing.T) {
 	clk := clocktest.NewFake(epoch)
-	vfs := &faultFS{VFS: fs.New()}
+	vfs := newFaultFS()
 	cfg := testConfig(t.TempDir(), clk, nil)
 	cfg.logFS = vfs
 	s := startServer(t, cfg)

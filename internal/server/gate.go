@@ -136,13 +136,15 @@ func (g *applyGate) close() <-chan struct{} {
 		close(w.in)
 	}
 	g.waiting = nil
-	done := make(chan struct{})
-	if g.busy {
-		g.drained = done
-	} else {
+	if !g.busy {
+		done := make(chan struct{})
 		close(done)
+		return done
 	}
-	return done
+	if g.drained == nil {
+		g.drained = make(chan struct{})
+	}
+	return g.drained
 }
 
 // refusedFuture is the answer to a command the gate did not let in.

@@ -153,20 +153,29 @@ func TestApplyGateBatches(t *testing.T) {
 	}
 }
 
-// A batch that fails (leadership lost) still passes the baton on, so the
-// commands behind it are not stranded.
-func TestApplyGateFailureReleasesWaiters(t *testing.T) {
-	var g applyGate
-	r := &recordingApplier{}
-	errs := make(chan error, 4)
+// aInRaftBWaiting sends "a" through g, which lets it straight into r, and
+// then "b", which waits behind it; their errors come back on the channel,
+// a's first.
+func aInRaftBWaiting(t *testing.T, g *applyGate, r *recordingApplier) <-chan error {
+	t.Helper()
+	errs := make(chan error, 2)
 	call := func(cmd string) {
-		_, err := gatedCall(&g, r, cmd)
+		_, err := gatedCall(g, r, cmd)
 		errs <- err
 	}
 	go call("a")
 	waitFor(t, "a applied", func() bool { return r.count() == 1 })
 	go call("b")
 	waitFor(t, "b waiting", func() bool { return g.waitingLen() == 1 })
+	return errs
+}
+
+// A batch that fails (leadership lost) still passes the baton on, so the
+// commands behind it are not stranded.
+func TestApplyGateFailureReleasesWaiters(t *testing.T) {
+	var g applyGate
+	r := &recordingApplier{}
+	errs := aInRaftBWaiting(t, &g, r)
 	lost := errors.New("leadership lost")
 	f := r.at(0)
 	f.err = lost
@@ -339,15 +348,7 @@ func TestGateThroughServer(t *testing.T) {
 func TestApplyGateClose(t *testing.T) {
 	var g applyGate
 	r := &recordingApplier{}
-	errs := make(chan error, 4)
-	call := func(cmd string) {
-		_, err := gatedCall(&g, r, cmd)
-		errs <- err
-	}
-	go call("a")
-	waitFor(t, "a applied", func() bool { return r.count() == 1 })
-	go call("b")
-	waitFor(t, "b waiting", func() bool { return g.waitingLen() == 1 })
+	errs := aInRaftBWaiting(t, &g, r)
 
 	drained := g.close()
 	if err := <-errs; !errors.Is(err, raft.ErrRaftShutdown) {

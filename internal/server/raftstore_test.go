@@ -405,23 +405,39 @@ const (
 // faultFS wraps raft-wal's real file system and fails segment writes or
 // syncs as its fault says.
 type faultFS struct {
-	types.VFS
+	wrappingFS
 	fault atomic.Int32
 }
 
-func (v *faultFS) wrap(f types.WritableFile, err error) (types.WritableFile, error) {
+func newFaultFS() *faultFS {
+	v := &faultFS{}
+	v.wrappingFS = wrappingFS{VFS: fs.New(), wrap: func(f types.WritableFile) types.WritableFile {
+		return &faultFile{WritableFile: f, fs: v}
+	}}
+	return v
+}
+
+// wrappingFS is raft-wal's file system with every file it opens for
+// writing passed through wrap: how tests make log writes fail or wait.
+type wrappingFS struct {
+	types.VFS
+	wrap func(types.WritableFile) types.WritableFile
+}
+
+func (v *wrappingFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
+	f, err := v.VFS.Create(dir, name, size)
 	if err != nil {
 		return nil, err
 	}
-	return &faultFile{WritableFile: f, fs: v}, nil
+	return v.wrap(f), nil
 }
 
-func (v *faultFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
-	return v.wrap(v.VFS.Create(dir, name, size))
-}
-
-func (v *faultFS) OpenWriter(dir, name string) (types.WritableFile, error) {
-	return v.wrap(v.VFS.OpenWriter(dir, name))
+func (v *wrappingFS) OpenWriter(dir, name string) (types.WritableFile, error) {
+	f, err := v.VFS.OpenWriter(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return v.wrap(f), nil
 }
 
 type faultFile struct {
@@ -458,7 +474,7 @@ func TestAppendAfterFailedWrite(t *testing.T) {
 	for name, fault := range map[string]int32{"torn write": faultTornWrite, "failed fsync": faultSync} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			vfs := &faultFS{VFS: fs.New()}
+			vfs := newFaultFS()
 			s, err := openDiskStores(dir, hclog.NewNullLogger(), vfs)
 			if err != nil {
 				t.Fatal(err)

@@ -55,7 +55,11 @@ type Config struct {
 	// a session that is not renewed is invalidated at its TTL; Consul uses 2.
 	SessionTTLMultiplier float64
 
-	// ApplyTimeout bounds how long a write waits to be enqueued in raft.
+	// ApplyTimeout bounds how long the leadership barrier waits to be
+	// enqueued in raft, and after how long a shutdown says that it is
+	// still waiting for writes in raft. Writes themselves pass the apply
+	// gate, which never lets in more than the apply channel holds, so
+	// they need no such bound.
 	ApplyTimeout time.Duration
 	// ReapInterval is how often the leader drops old tombstones and ended
 	// lock-delays (default 15m). Tombstones live one to two intervals.
@@ -355,12 +359,17 @@ func (s *Server) Shutdown() error {
 	s.shutdownOnce.Do(func() {
 		close(s.shutdownCh)
 		// No write may be left in raft's apply channel when raft stops
-		// (see applyGate.close). A batch in raft is through within a
-		// store, or fails at once if leadership is lost.
+		// (see applyGate.close). While raft runs, every future in that
+		// channel is answered, so the batch in raft is always through:
+		// within a store, at once if leadership is lost, or, on a disk
+		// that stalls, when the disk answers, which raft.Shutdown would
+		// wait for anyway.
+		drained := s.gate.close()
 		select {
-		case <-s.gate.close():
+		case <-drained:
 		case <-time.After(s.cfg.ApplyTimeout):
-			s.log.Warn("shutting down with writes still in raft: their callers may not get an answer")
+			s.log.Warn("shutdown is waiting for writes still in raft")
+			<-drained
 		}
 		s.stopGossip()
 		s.wg.Wait()
