@@ -439,14 +439,7 @@ func TestConsulSemaphoreHolderVanishes(t *testing.T) {
 
 	stop := make(chan struct{})
 	defer close(stop)
-	got := make(chan error, 1)
-	go func() {
-		ch, err := second.Acquire(stop)
-		if err == nil && ch == nil {
-			err = errors.New("no channel")
-		}
-		got <- err
-	}()
+	got := acquireAsync(second.Acquire, stop)
 	// A holdfast contender agrees that the semaphore is full.
 	if _, err := mustSemaphore(t, semSession(t, srv), prefix, 1).TryAcquire(ctx); err != ErrSemaphoreFull {
 		t.Fatalf("TryAcquire while Consul holds: %v", err)

@@ -707,14 +707,7 @@ func TestLockInteropConsul(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	defer close(stop)
-	consulGot := make(chan error, 1)
-	go func() {
-		ch, err := cl2.Lock(stop)
-		if err == nil && ch == nil {
-			err = errors.New("no lock channel")
-		}
-		consulGot <- err
-	}()
+	consulGot := acquireAsync(cl2.Lock, stop)
 	// Consul's Lock must be waiting, not holding.
 	if st, _, err := srv.c.KV().Fence(ctx, h.Sequencer(), nil); err != nil || !st.Valid {
 		t.Fatalf("holdfast's hold while Consul waits: %+v %v", st, err)
@@ -1048,4 +1041,18 @@ func TestLockHandOffToWhoeverIsNext(t *testing.T) {
 	if keys, _, _ := srv.c.KV().Keys(ctx, key+"/", "", nil); len(keys) != 0 {
 		t.Fatalf("queue left behind: %v", keys)
 	}
+}
+
+// acquireAsync runs acquire (a Consul Lock's Lock, a Semaphore's Acquire)
+// in a goroutine and sends its outcome: nil once it holds, or its error.
+func acquireAsync(acquire func(<-chan struct{}) (<-chan struct{}, error), stop <-chan struct{}) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		ch, err := acquire(stop)
+		if err == nil && ch == nil {
+			err = errors.New("acquired without a channel")
+		}
+		got <- err
+	}()
+	return got
 }

@@ -2,7 +2,6 @@ package recipe
 
 import (
 	"encoding/json"
-	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -298,14 +297,7 @@ func TestSemaphoreInteropConsul(t *testing.T) {
 	c2 := consulSem()
 	stop := make(chan struct{})
 	defer close(stop)
-	consulGot := make(chan error, 1)
-	go func() {
-		ch, err := c2.Acquire(stop)
-		if err == nil && ch == nil {
-			err = errors.New("no channel")
-		}
-		consulGot <- err
-	}()
+	consulGot := acquireAsync(c2.Acquire, stop)
 	hs := semSession(t, srv)
 	if _, err := mustSemaphore(t, hs, prefix, 2).TryAcquire(ctx); err != ErrSemaphoreFull {
 		t.Fatalf("TryAcquire with Consul and holdfast holding: %v", err)

@@ -95,10 +95,7 @@ func TestRestoreAfterRestart(t *testing.T) {
 // A TTL check whose TTL ran out while the agent was down comes back
 // critical, which invalidates the sessions bound to it.
 func TestRestoreExpiredTTL(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "agent.json")
-	clk := clocktest.NewFake(epoch)
-	cat := newFakeCatalog(t, clk)
-	first := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	file, clk, cat, first := persistedAgent(t)
 	if err := first.RegisterCheck(ctx(), ttlCheck("app", 10*time.Second, state.HealthPassing)); err != nil {
 		t.Fatal(err)
 	}
@@ -122,10 +119,7 @@ func TestRestoreExpiredTTL(t *testing.T) {
 // registered, and a saved check that fails to come back is neither lost
 // from the file nor forgotten as stale.
 func TestRestoreKeepsNewerAndFailed(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "agent.json")
-	clk := clocktest.NewFake(epoch)
-	cat := newFakeCatalog(t, clk)
-	first := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	file, clk, cat, first := persistedAgent(t)
 	for _, id := range []string{"a", "b"} {
 		if err := first.RegisterCheck(ctx(), ttlCheck(id, time.Minute, state.HealthPassing)); err != nil {
 			t.Fatal(err)
@@ -190,10 +184,7 @@ func TestUnreadableStateFile(t *testing.T) {
 func TestRestoreProbedCheckKeepsItsLastStatus(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer srv.Close()
-	file := filepath.Join(t.TempDir(), "agent.json")
-	clk := clocktest.NewFake(epoch)
-	cat := newFakeCatalog(t, clk)
-	first := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	file, clk, cat, first := persistedAgent(t)
 	def := &state.CheckDefinition{Name: "web", HTTP: srv.URL, Interval: time.Minute}
 	if err := first.RegisterCheck(ctx(), def); err != nil {
 		t.Fatal(err)
@@ -300,10 +291,7 @@ func TestStateFileNullEntries(t *testing.T) {
 // pending stays deregistered: neither the next Restore nor the next start
 // brings it (or its checks) back.
 func TestDeregisteredServiceStaysGone(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "agent.json")
-	clk := clocktest.NewFake(epoch)
-	cat := newFakeCatalog(t, clk)
-	first := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	file, clk, cat, first := persistedAgent(t)
 	if err := first.RegisterService(ctx(), &state.Service{Service: "web"},
 		[]*state.CheckDefinition{{TTL: time.Minute, Status: state.HealthPassing}}, false); err != nil {
 		t.Fatal(err)
@@ -349,10 +337,7 @@ func TestDeregisteredServiceStaysGone(t *testing.T) {
 // A saved service that could not be registered again can still be
 // deregistered: it is forgotten, and removed from the catalog.
 func TestDeregisterPendingService(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "agent.json")
-	clk := clocktest.NewFake(epoch)
-	cat := newFakeCatalog(t, clk)
-	first := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	file, clk, cat, first := persistedAgent(t)
 	if err := first.RegisterService(ctx(), &state.Service{Service: "web"},
 		[]*state.CheckDefinition{{TTL: time.Minute, Status: state.HealthPassing}}, false); err != nil {
 		t.Fatal(err)
@@ -462,4 +447,14 @@ type failDialer struct{}
 
 func (failDialer) DialContext(context.Context, string, string) (net.Conn, error) {
 	return nil, errors.New("fuzzing: no network")
+}
+
+// persistedAgent starts an agent that keeps its state in a new file, on a
+// fake clock and catalog: the next agent of a test starts on the same.
+func persistedAgent(t *testing.T) (string, *clocktest.Fake, *fakeCatalog, *agent.Agent) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "agent.json")
+	clk := clocktest.NewFake(epoch)
+	cat := newFakeCatalog(t, clk)
+	return file, clk, cat, agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
 }
