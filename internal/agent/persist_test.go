@@ -55,11 +55,8 @@ func TestRestoreAfterRestart(t *testing.T) {
 	first.Close() // the process ends; the catalog keeps what it had
 
 	clk.Advance(3 * time.Second) // down for 3s: "app" has 7s of TTL left
-	second := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	second := restoredAgent(t, file, clk, cat)
 	defer second.Close()
-	if err := second.Restore(ctx()); err != nil {
-		t.Fatal(err)
-	}
 	// web's check was never updated: its TTL (from registration, 7s ago)
 	// has 3s left.
 	cat.expect(t, "register service web service:web=passing")
@@ -104,11 +101,8 @@ func TestRestoreExpiredTTL(t *testing.T) {
 	first.Close()
 
 	clk.Advance(10 * time.Second)
-	second := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	second := restoredAgent(t, file, clk, cat)
 	defer second.Close()
-	if err := second.Restore(ctx()); err != nil {
-		t.Fatal(err)
-	}
 	cat.expect(t, "register app=critical")
 	if cat.sessionAlive("s1") {
 		t.Fatal("session bound to a check that expired during the restart is alive")
@@ -166,11 +160,8 @@ func TestUnreadableStateFile(t *testing.T) {
 	}
 	clk := clocktest.NewFake(epoch)
 	cat := newFakeCatalog(t, clk)
-	ag := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	ag := restoredAgent(t, file, clk, cat)
 	defer ag.Close()
-	if err := ag.Restore(ctx()); err != nil {
-		t.Fatal(err)
-	}
 	cat.quiet(t)
 	if b, err := os.ReadFile(file + ".unreadable"); err != nil || string(b) != "{not json" {
 		t.Fatalf("unreadable file not kept aside: %q %v", b, err)
@@ -194,11 +185,8 @@ func TestRestoreProbedCheckKeepsItsLastStatus(t *testing.T) {
 	cat.session(t, "s1", "web")
 	first.Close()
 
-	second := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	second := restoredAgent(t, file, clk, cat)
 	defer second.Close()
-	if err := second.Restore(ctx()); err != nil {
-		t.Fatal(err)
-	}
 	cat.expect(t, "register web=passing")
 	if !cat.sessionAlive("s1") {
 		t.Fatal("the session bound to a passing HTTP check died in the restart")
@@ -275,11 +263,8 @@ func TestStateFileNullEntries(t *testing.T) {
 	}
 	clk := clocktest.NewFake(epoch)
 	cat := newFakeCatalog(t, clk)
-	ag := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	ag := restoredAgent(t, file, clk, cat)
 	defer ag.Close()
-	if err := ag.Restore(ctx()); err != nil {
-		t.Fatal(err)
-	}
 	cat.expect(t, "register service web")
 	cat.expect(t, "register app=passing")
 	if got := ag.Checks(); len(got) != 1 || len(ag.Services()) != 1 {
@@ -322,11 +307,8 @@ func TestDeregisteredServiceStaysGone(t *testing.T) {
 	cat.quiet(t)
 	second.Close()
 
-	third := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	third := restoredAgent(t, file, clk, cat)
 	defer third.Close()
-	if err := third.Restore(ctx()); err != nil {
-		t.Fatal(err)
-	}
 	cat.expect(t, "register b=passing")
 	cat.quiet(t)
 	if got := third.Services(); len(got) != 0 {
@@ -457,4 +439,16 @@ func persistedAgent(t *testing.T) (string, *clocktest.Fake, *fakeCatalog, *agent
 	clk := clocktest.NewFake(epoch)
 	cat := newFakeCatalog(t, clk)
 	return file, clk, cat, agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+}
+
+// restoredAgent starts the next agent on the state file of an earlier one,
+// with the same clock and catalog, and restores what it saved.
+func restoredAgent(t *testing.T, file string, clk *clocktest.Fake, cat *fakeCatalog) *agent.Agent {
+	t.Helper()
+	ag := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	if err := ag.Restore(ctx()); err != nil {
+		ag.Close()
+		t.Fatal(err)
+	}
+	return ag
 }
