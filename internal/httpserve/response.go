@@ -252,9 +252,9 @@ func (w *response) finishHead(b []byte) []byte {
 	}
 	keepAlive := !w.closeAfter && !w.req.Close
 	switch {
-	case !keepAlive && w.req.ProtoAtLeast(1, 1):
+	case !keepAlive:
 		b = append(b, "Connection: close\r\n"...)
-	case keepAlive && !w.req.ProtoAtLeast(1, 1):
+	case !w.req.ProtoAtLeast(1, 1):
 		b = append(b, "Connection: keep-alive\r\n"...)
 	}
 	return append(b, "\r\n"...)

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Server serves HTTP/1.1 requests to Handler. Set its fields before the
@@ -226,6 +228,7 @@ func (c *conn) serve() {
 		c.nc.Close()
 		c.s.untrack(c)
 	}()
+	first := true
 	for {
 		// Idle first, then the check: a Shutdown that set closing before
 		// it looked at this connection either finds it idle (and closes
@@ -236,7 +239,13 @@ func (c *conn) serve() {
 		}
 		if d := c.s.IdleTimeout; d > 0 {
 			c.nc.SetReadDeadline(time.Now().Add(d))
+		} else if d := c.s.ReadHeaderTimeout; d > 0 && first {
+			// As net/http: a new connection has ReadHeaderTimeout to
+			// send its first request, so one that sends nothing does not
+			// hold a descriptor and a goroutine for ever.
+			c.nc.SetReadDeadline(time.Now().Add(d))
 		}
+		first = false
 		// The header limit counts from here, so that what the Peek
 		// buffers counts too.
 		c.cr.limit = c.hdrLimit
@@ -271,6 +280,14 @@ func (c *conn) serveOne() bool {
 	} else if s.IdleTimeout > 0 {
 		c.nc.SetReadDeadline(time.Time{})
 	}
+	// A client may end a request's body with an extra CRLF (RFC 9112
+	// section 2.2: ignore at least one empty line before a request).
+	for i := 0; i < 2; i++ {
+		if b, err := c.br.Peek(1); err != nil || b[0] != '\r' && b[0] != '\n' {
+			break
+		}
+		c.br.Discard(1)
+	}
 	req, err := readRequest(c.br)
 	c.cr.limit = -1
 	if s.ReadHeaderTimeout > 0 {
@@ -282,6 +299,9 @@ func (c *conn) serveOne() bool {
 			c.writeError(nil, http.StatusRequestHeaderFieldsTooLarge, "the request header is larger than the server accepts")
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), isTimeout(err), errors.Is(err, net.ErrClosed):
 			// The client went away, or was too slow: nobody to answer.
+		case strings.HasPrefix(err.Error(), "unsupported transfer encoding"), strings.HasPrefix(err.Error(), "too many transfer encodings"):
+			// net/http's error for this is not exported; its text is.
+			c.writeError(nil, http.StatusNotImplemented, err.Error())
 		default:
 			c.writeError(nil, http.StatusBadRequest, "the request could not be parsed: "+err.Error())
 		}
@@ -295,6 +315,25 @@ func (c *conn) serveOne() bool {
 		// The parser has taken the header into req.Host.
 		c.writeError(req, http.StatusBadRequest, "an HTTP/1.1 request needs a Host header")
 		return false
+	}
+	if !httpguts.ValidHostHeader(req.Host) {
+		c.writeError(req, http.StatusBadRequest, "the Host header is not a valid host")
+		return false
+	}
+	// http.ReadRequest keeps a field name with a space before its colon
+	// ("Transfer-Encoding :"); a proxy that trims it would frame the body
+	// differently, so such a request is refused, as net/http's Server does.
+	for name, values := range req.Header {
+		if !httpguts.ValidHeaderFieldName(name) {
+			c.writeError(req, http.StatusBadRequest, "invalid header name "+strconv.Quote(name))
+			return false
+		}
+		for _, v := range values {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				c.writeError(req, http.StatusBadRequest, "invalid value of header "+strconv.Quote(name))
+				return false
+			}
+		}
 	}
 	req.RemoteAddr = c.remote
 
@@ -337,6 +376,10 @@ func (c *conn) serveOne() bool {
 			// "100 Continue"; it will not hear it now.
 			w.closeAfter = true
 		case w.body.err != nil:
+			w.closeAfter = true
+		case req.ContentLength > maxDiscard:
+			// Too much to read through: close after the answer (and
+			// lingerClose reads what is still coming meanwhile).
 			w.closeAfter = true
 		default:
 			n, err := io.CopyN(io.Discard, w.body.r, maxDiscard+1)
@@ -410,7 +453,7 @@ func (c *conn) lingerClose() {
 	}
 	cw.CloseWrite()
 	c.nc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-	io.CopyN(io.Discard, c.nc, 1<<20)
+	io.Copy(io.Discard, c.nc) // until the client closes, or the deadline
 }
 
 // startWatch starts the disconnect watcher for w's request: a read on the
