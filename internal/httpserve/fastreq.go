@@ -10,12 +10,15 @@ import (
 
 // readRequest reads one request from br: by fastRequest when the request
 // has the common shape, and by http.ReadRequest otherwise, which also
-// makes every error.
-func readRequest(br *bufio.Reader) (*http.Request, error) {
+// makes every error. fast says which: fastRequest takes only valid header
+// names and values, where http.ReadRequest lets some invalid ones through
+// for the server to refuse.
+func readRequest(br *bufio.Reader) (req *http.Request, fast bool, err error) {
 	if req := fastRequest(br); req != nil {
-		return req, nil
+		return req, true, nil
 	}
-	return http.ReadRequest(br)
+	req, err = http.ReadRequest(br)
+	return req, false, err
 }
 
 // fastRequest parses a request whose whole header is already buffered in

@@ -288,7 +288,7 @@ func (c *conn) serveOne() bool {
 		}
 		c.br.Discard(1)
 	}
-	req, err := readRequest(c.br)
+	req, fast, err := readRequest(c.br)
 	c.cr.limit = -1
 	if s.ReadHeaderTimeout > 0 {
 		c.nc.SetReadDeadline(time.Time{})
@@ -323,16 +323,11 @@ func (c *conn) serveOne() bool {
 	// http.ReadRequest keeps a field name with a space before its colon
 	// ("Transfer-Encoding :"); a proxy that trims it would frame the body
 	// differently, so such a request is refused, as net/http's Server does.
-	for name, values := range req.Header {
-		if !httpguts.ValidHeaderFieldName(name) {
-			c.writeError(req, http.StatusBadRequest, "invalid header name "+strconv.Quote(name))
+	// fastRequest has checked its names and values already.
+	if !fast {
+		if msg := invalidHeader(req.Header); msg != "" {
+			c.writeError(req, http.StatusBadRequest, msg)
 			return false
-		}
-		for _, v := range values {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				c.writeError(req, http.StatusBadRequest, "invalid value of header "+strconv.Quote(name))
-				return false
-			}
 		}
 	}
 	req.RemoteAddr = c.remote
@@ -406,6 +401,22 @@ func (c *conn) serveOne() bool {
 		c.body = nil
 	}
 	return !w.closeAfter && !req.Close
+}
+
+// invalidHeader says what is wrong with h's first invalid field name or
+// value, or returns "".
+func invalidHeader(h http.Header) string {
+	for name, values := range h {
+		if !httpguts.ValidHeaderFieldName(name) {
+			return "invalid header name " + strconv.Quote(name)
+		}
+		for _, v := range values {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return "invalid value of header " + strconv.Quote(name)
+			}
+		}
+	}
+	return ""
 }
 
 // runHandler calls the handler. A panic is logged and closes the
