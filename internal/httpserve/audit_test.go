@@ -67,12 +67,18 @@ func TestAuditHeaderNameWithWhitespaceRefused(t *testing.T) {
 	// takes all of it as the body of /a.
 	rest := "0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
 	req := fmt.Sprintf("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nTransfer-Encoding : chunked\r\n\r\n%s", len(rest), rest)
+	wantRefused(t, "POST", req)
+}
+
+// wantRefused sends req (of method) to both servers and wants a 400.
+func wantRefused(t *testing.T, method, req string) {
+	t.Helper()
 	bothServers(t, auditHostEcho, func(t *testing.T, addr string) {
 		c := auditDial(t, addr)
 		c.send(req)
-		resp, body := c.read("POST")
+		resp, body := c.read(method)
 		if resp.StatusCode != http.StatusBadRequest {
-			t.Errorf("got %d %q; want 400 (whitespace between field name and colon)", resp.StatusCode, body)
+			t.Errorf("got %d %q; want 400", resp.StatusCode, body)
 		}
 	})
 }
@@ -84,20 +90,7 @@ func TestAuditHeaderNameWithWhitespaceRefused(t *testing.T) {
 // with no Host field at all is still accepted: telling a missing Host from
 // an empty one needs the parser's help.)
 func TestAuditInvalidHostRefused(t *testing.T) {
-	for name, req := range map[string]string{
-		"space in Host": "GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
-	} {
-		t.Run(name, func(t *testing.T) {
-			bothServers(t, auditHostEcho, func(t *testing.T, addr string) {
-				c := auditDial(t, addr)
-				c.send(req)
-				resp, body := c.read("GET")
-				if resp.StatusCode != http.StatusBadRequest {
-					t.Errorf("got %d %q; want 400", resp.StatusCode, body)
-				}
-			})
-		})
-	}
+	wantRefused(t, "GET", "GET / HTTP/1.1\r\nHost: a b\r\n\r\n")
 }
 
 // Finding: a connection that never sends a byte is kept forever, even with
