@@ -228,7 +228,14 @@ func (c *conn) serve() {
 		c.nc.Close()
 		c.s.untrack(c)
 	}()
-	first := true
+	if c.s.IdleTimeout <= 0 && c.s.ReadHeaderTimeout > 0 {
+		// As net/http: a new connection has ReadHeaderTimeout to send
+		// its first request, so one that sends nothing does not hold a
+		// descriptor and a goroutine for ever. (serveOne clears the
+		// deadline once a header is read; later waits have none, as in
+		// net/http without an IdleTimeout.)
+		c.nc.SetReadDeadline(time.Now().Add(c.s.ReadHeaderTimeout))
+	}
 	for {
 		// Idle first, then the check: a Shutdown that set closing before
 		// it looked at this connection either finds it idle (and closes
@@ -239,13 +246,7 @@ func (c *conn) serve() {
 		}
 		if d := c.s.IdleTimeout; d > 0 {
 			c.nc.SetReadDeadline(time.Now().Add(d))
-		} else if d := c.s.ReadHeaderTimeout; d > 0 && first {
-			// As net/http: a new connection has ReadHeaderTimeout to
-			// send its first request, so one that sends nothing does not
-			// hold a descriptor and a goroutine for ever.
-			c.nc.SetReadDeadline(time.Now().Add(d))
 		}
-		first = false
 		// The header limit counts from here, so that what the Peek
 		// buffers counts too.
 		c.cr.limit = c.hdrLimit

@@ -99,7 +99,8 @@ func applyChLen(r *raft.Raft) int {
 	return reflect.ValueOf(r).Elem().FieldByName("applyCh").Len()
 }
 
-func auditPut(s *Server, key string) error {
+// putKey writes key through s as a client would; a refusal is an error.
+func putKey(s *Server, key string) error {
 	ok, _, err := s.KVS(context.Background(), &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: key, Value: []byte("v")}})
 	if err == nil && !ok {
 		err = errors.New("refused")
@@ -161,12 +162,12 @@ func TestGateShutdownWithBatchHeldByDisk(t *testing.T) {
 		// A's store stalls in fsync: A is the batch in raft.
 		vfs.armed.Store(true)
 		resA := make(chan error, 1)
-		go func() { resA <- auditPut(s, fmt.Sprintf("a/%d", attempt)) }()
+		go func() { resA <- putKey(s, fmt.Sprintf("a/%d", attempt)) }()
 		waitFor(t, "A's fsync stalled", func() bool { return vfs.blocked.Load() == 1 })
 		// n writes wait at the gate behind it.
 		results = make(chan error, n)
 		for i := 0; i < n; i++ {
-			go func(i int) { results <- auditPut(s, fmt.Sprintf("b/%d/%d", attempt, i)) }(i)
+			go func(i int) { results <- putKey(s, fmt.Sprintf("b/%d/%d", attempt, i)) }(i)
 		}
 		waitFor(t, "writes waiting at the gate", func() bool { return s.gate.waitingLen() == n })
 		// A's fsync finishes: A is answered, its caller lets the n in as
@@ -261,12 +262,12 @@ func TestGateFailedStoreWithWaiters(t *testing.T) {
 	vfs.armed.Store(true)
 	vfs.fail.Store(true)
 	resA := make(chan error, 1)
-	go func() { resA <- auditPut(s, "a") }()
+	go func() { resA <- putKey(s, "a") }()
 	waitFor(t, "A's fsync stalled", func() bool { return vfs.blocked.Load() == 1 })
 	const n = 32
 	results := make(chan error, n)
 	for i := 0; i < n; i++ {
-		go func(i int) { results <- auditPut(s, fmt.Sprintf("b/%d", i)) }(i)
+		go func(i int) { results <- putKey(s, fmt.Sprintf("b/%d", i)) }(i)
 	}
 	waitFor(t, "writes waiting at the gate", func() bool { return s.gate.waitingLen() == n })
 	vfs.armed.Store(false)
@@ -295,7 +296,7 @@ func TestGateFailedStoreWithWaiters(t *testing.T) {
 		wctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		err := s.WaitForLeader(wctx)
 		cancel()
-		if err == nil && auditPut(s, "after") == nil {
+		if err == nil && putKey(s, "after") == nil {
 			break
 		}
 		if time.Now().After(deadline) {

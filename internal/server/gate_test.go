@@ -276,9 +276,9 @@ func TestGateThroughServer(t *testing.T) {
 		go func(w int) {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				e := state.DirEntry{Key: fmt.Sprintf("gate/%d/%d", w, i), Value: []byte("v")}
-				if ok, _, err := s.KVS(ctx, &state.KVRequest{Op: state.OpSet, Entry: e}); !ok || err != nil {
-					t.Errorf("%s: %v %v", e.Key, ok, err)
+				key := fmt.Sprintf("gate/%d/%d", w, i)
+				if err := putKey(s, key); err != nil {
+					t.Errorf("%s: %v", key, err)
 					return
 				}
 			}
