@@ -101,6 +101,13 @@ func (h *handler) read(w http.ResponseWriter, r *http.Request, ro *readOpts, eva
 			}
 		}
 		idx, found := eval(h.b.State(), ws)
+		// The header never says 0 (clients take 0 as "do not block"), so
+		// an empty table reports 1; the comparison must use the same
+		// number, or a client that sends back index=1 finds the server
+		// "behind" its index and is answered at once, in a busy loop.
+		if idx == 0 {
+			idx = 1
+		}
 		index = idx
 		return idx, found, nil
 	}

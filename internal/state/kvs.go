@@ -139,7 +139,9 @@ func (tx *wtx) sessionExists(id string) bool {
 }
 
 // kvLock acquires e.Key for e.Session. The holder may re-acquire to update
-// the value without moving the LockIndex.
+// the value without moving the LockIndex. A key's first acquisition counts
+// on from the table's LockFloor (1 on a store where no locked key was ever
+// deleted), later ones from the key's own LockIndex.
 func (tx *wtx) kvLock(e *DirEntry) (bool, error) {
 	if e.Session == "" {
 		return false, ErrMissingSession
@@ -157,11 +159,13 @@ func (tx *wtx) kvLock(e *DirEntry) (bool, error) {
 	}
 	switch {
 	case old == nil:
-		ent.LockIndex = 1
+		ent.LockIndex = tx.kvt().LockFloor + 1
 	case old.Session == e.Session:
 		ent.LockIndex = old.LockIndex
 	case old.Session != "":
 		return false, nil
+	case old.LockIndex == 0:
+		ent.LockIndex = tx.kvt().LockFloor + 1
 	default:
 		ent.LockIndex = old.LockIndex + 1
 	}
@@ -218,8 +222,13 @@ func (tx *wtx) kvDeleteTree(prefix string) {
 	if len(doomed) == 0 {
 		return
 	}
+	// Each deleted key leaves its own tombstone, as a plain delete does:
+	// a listing of a longer prefix (of "ab/" when "a" is deleted) finds
+	// its index moved by the keys it lost, not only by the tombstones
+	// under its own prefix.
 	for _, e := range doomed {
 		tx.kvRemove(e)
+		tx.bury(e.Key)
 	}
 	if prefix != "" {
 		tx.bury(prefix)

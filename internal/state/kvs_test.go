@@ -311,7 +311,7 @@ func TestKVReadIndexes(t *testing.T) {
 		t.Fatalf("delete of absent key moved the table to %d", got)
 	}
 
-	// delete-tree leaves one tombstone, for the prefix.
+	// delete-tree leaves a tombstone for the prefix and one for each key.
 	at(state.OpSet, "d/1", "x")
 	at(state.OpSet, "d/2", "x")
 	at(state.OpSet, "dz", "x")
@@ -325,7 +325,7 @@ func TestKVReadIndexes(t *testing.T) {
 	if _, e := f.s.KVGet(nil, "dz"); e == nil {
 		t.Fatal("delete-tree d/ removed dz")
 	}
-	if got, want := tombstones(t, f.s), map[string]uint64{"a/z": del, "d/": tree}; !reflect.DeepEqual(got, want) {
+	if got, want := tombstones(t, f.s), map[string]uint64{"a/z": del, "d/": tree, "d/1": tree, "d/2": tree}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("tombstones = %v, want %v", got, want)
 	}
 	// delete-tree of a prefix with nothing under it writes nothing.
@@ -334,7 +334,8 @@ func TestKVReadIndexes(t *testing.T) {
 		t.Fatalf("empty delete-tree moved the table to %d", got)
 	}
 
-	// delete-tree "" empties the store and leaves no tombstone.
+	// delete-tree "" empties the store and leaves a tombstone for every
+	// key it deleted, so that every listing's index moves.
 	all := at(state.OpDeleteTree, "", "")
 	if _, es := f.s.KVList(nil, ""); len(es) != 0 {
 		t.Fatalf("store still has %d entries", len(es))
@@ -342,10 +343,11 @@ func TestKVReadIndexes(t *testing.T) {
 	if got := f.s.TableIndex("kvs"); got != all {
 		t.Fatalf("delete-tree \"\" table index = %d, want %d", got, all)
 	}
-	if got, want := tombstones(t, f.s), map[string]uint64{"a/z": del, "d/": tree}; !reflect.DeepEqual(got, want) {
+	if got, want := tombstones(t, f.s), map[string]uint64{"a/z": del, "d/": tree, "d/1": tree, "d/2": tree,
+		"a/x": all, "a/y": all, "b": all, "c": all, "dz": all, "e": all}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("tombstones after delete-tree \"\" = %v, want %v", got, want)
 	}
-	list("a/", del)
+	list("a/", all)
 	list("", all)
 
 	// Reaping tombstones lets a prefix index fall back (documented).
@@ -382,5 +384,86 @@ func TestKVKeysSeparator(t *testing.T) {
 	_, es := f.s.KVList(nil, "a/c")
 	if len(es) != 2 || es[0].Key != "a/c/d" || es[1].Key != "a/c/e" {
 		t.Fatalf("KVList a/c = %v", es)
+	}
+}
+
+// TestLockIndexNeverRepeatsAcrossLives: a key deleted (plainly, by a
+// delete-tree, by a behaviour=delete invalidation, inside a transaction)
+// and created anew never gives a (Key, LockIndex, Session) its earlier life
+// gave; the floor it counts on from survives a snapshot and restore.
+func TestLockIndexNeverRepeatsAcrossLives(t *testing.T) {
+	f := newFx(t)
+	f.session("s1", func(s *state.Session) { s.LockDelay = 0 })
+	lockIndex := func(key string) uint64 {
+		t.Helper()
+		e := f.get(key)
+		if e == nil {
+			t.Fatalf("%s is missing", key)
+		}
+		return e.LockIndex
+	}
+	f.lock("k", "s1", "")
+	f.mustKVS(state.OpUnlock, state.DirEntry{Key: "k", Session: "s1"}, true)
+	f.lock("k", "s1", "")
+	if li := lockIndex("k"); li != 2 {
+		t.Fatalf("second acquisition: LockIndex %d, want 2", li)
+	}
+	f.mustKVS(state.OpDelete, state.DirEntry{Key: "k"}, true)
+	f.lock("k", "s1", "")
+	if li := lockIndex("k"); li != 3 {
+		t.Fatalf("after a delete: LockIndex %d, want 3 (the earlier life gave 1 and 2)", li)
+	}
+	// A key created by a plain write and acquired later counts on too.
+	f.mustKVS(state.OpDeleteTree, state.DirEntry{Key: "k"}, true)
+	f.set("k", "plain")
+	if li := lockIndex("k"); li != 0 {
+		t.Fatalf("plain write of a new key: LockIndex %d, want 0", li)
+	}
+	f.lock("k", "s1", "")
+	if li := lockIndex("k"); li != 4 {
+		t.Fatalf("after a delete-tree and a plain write: LockIndex %d, want 4", li)
+	}
+	// A key that never existed starts at the floor too: the floor is one
+	// number for the table, not one per key.
+	f.lock("fresh", "s1", "")
+	if li := lockIndex("fresh"); li != 4 {
+		t.Fatalf("a new key: LockIndex %d, want 4", li)
+	}
+
+	// A session with behaviour delete takes its key with it.
+	f.session("d", func(s *state.Session) { s.Behavior, s.LockDelay = state.BehaviorDelete, 0 })
+	f.mustKVS(state.OpUnlock, state.DirEntry{Key: "k", Session: "s1"}, true)
+	f.lock("k", "d", "")
+	if li := lockIndex("k"); li != 5 {
+		t.Fatalf("LockIndex %d, want 5", li)
+	}
+	if err := f.s.SessionDestroy(f.next(), f.now, "d"); err != nil {
+		t.Fatal(err)
+	}
+	if f.get("k") != nil {
+		t.Fatal("behaviour delete left k")
+	}
+
+	// The floor survives a snapshot.
+	f.s = roundTrip(t, f.s.Snapshot())
+	f.lock("k", "s1", "")
+	if li := lockIndex("k"); li != 6 {
+		t.Fatalf("after a snapshot and restore: LockIndex %d, want 6", li)
+	}
+
+	// Inside one transaction: lock, delete, lock gives two LockIndexes.
+	res, errs := f.txn(
+		kvOp(state.OpLock, state.DirEntry{Key: "t", Session: "s1"}),
+		kvOp(state.OpDelete, state.DirEntry{Key: "t"}),
+		kvOp(state.OpLock, state.DirEntry{Key: "t", Session: "s1"}),
+	)
+	if errs != nil {
+		t.Fatalf("txn errors %+v", errs)
+	}
+	if len(res) != 2 {
+		t.Fatalf("txn results %+v, want one per lock", res)
+	}
+	if a, b := res[0].KV.LockIndex, res[1].KV.LockIndex; a == b {
+		t.Fatalf("lock, delete, lock in one transaction gave LockIndex %d twice", a)
 	}
 }

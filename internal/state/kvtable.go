@@ -35,6 +35,13 @@ type kvTable struct {
 	// Index is the table's index (what the index table holds for the
 	// other tables): the last raft index that changed a KV entry.
 	Index uint64
+	// LockFloor is the highest LockIndex any deleted entry had reached.
+	// The first acquisition of a key that has none (a new key, or one
+	// written only by plain writes) counts on from it, so a key deleted
+	// and created anew never hands out a LockIndex its earlier life
+	// already gave: (Key, LockIndex, Session) stays unique without
+	// keeping a tombstone per key for ever.
+	LockFloor uint64
 }
 
 func (t *tombstone) treeKey() string    { return t.Key }
@@ -99,6 +106,9 @@ func (tx *wtx) kvStore(ent, old *DirEntry) {
 func (tx *wtx) kvRemove(old *DirEntry) {
 	t := tx.kvt()
 	t.Entries, _ = t.Entries.without(old.Key)
+	if old.LockIndex > t.LockFloor {
+		t.LockFloor = old.LockIndex
+	}
 	if old.Session != "" {
 		t.Held, _ = t.Held.without(string(heldBy(old.Session, old.Key)))
 	}

@@ -73,6 +73,9 @@ type model struct {
 	node     bool
 	kvsIdx   uint64
 	sessIdx  uint64
+	// lockFloor is the highest LockIndex of a deleted key: a key's first
+	// acquisition counts on from it.
+	lockFloor uint64
 }
 
 func newModel() *model {
@@ -146,7 +149,7 @@ func (m *model) lock(idx uint64, k, s, v string, flags uint64) (bool, error) {
 	old, ok := m.kv[k]
 	switch {
 	case !ok:
-		m.kv[k] = mEntry{Value: v, Flags: flags, Session: s, LockIndex: 1, Create: idx, Mod: idx}
+		m.kv[k] = mEntry{Value: v, Flags: flags, Session: s, LockIndex: m.lockFloor + 1, Create: idx, Mod: idx}
 	case old.Session == s:
 		if old.Value == v && old.Flags == flags {
 			return true, nil
@@ -156,7 +159,11 @@ func (m *model) lock(idx uint64, k, s, v string, flags uint64) (bool, error) {
 	case old.Session != "":
 		return false, nil
 	default:
-		old.Value, old.Flags, old.Session, old.LockIndex, old.Mod = v, flags, s, old.LockIndex+1, idx
+		base := old.LockIndex
+		if base == 0 {
+			base = m.lockFloor
+		}
+		old.Value, old.Flags, old.Session, old.LockIndex, old.Mod = v, flags, s, base+1, idx
 		m.kv[k] = old
 	}
 	m.kvsIdx = idx
@@ -179,11 +186,19 @@ func (m *model) unlock(idx uint64, k, s, v string, flags, fence uint64) (bool, e
 
 func (m *model) del(idx uint64, k string) bool {
 	if _, ok := m.kv[k]; ok {
-		delete(m.kv, k)
-		m.tombs[k] = idx
+		m.drop(idx, k)
 		m.kvsIdx = idx
 	}
 	return true
+}
+
+// drop deletes k, leaving its tombstone and raising the lock floor.
+func (m *model) drop(idx uint64, k string) {
+	if li := m.kv[k].LockIndex; li > m.lockFloor {
+		m.lockFloor = li
+	}
+	delete(m.kv, k)
+	m.tombs[k] = idx
 }
 
 func (m *model) delCAS(idx uint64, k string, cas uint64) bool {
@@ -201,7 +216,7 @@ func (m *model) delTree(idx uint64, p string) bool {
 	any := false
 	for k := range m.kv {
 		if strings.HasPrefix(k, p) {
-			delete(m.kv, k)
+			m.drop(idx, k)
 			any = true
 		}
 	}
@@ -247,8 +262,7 @@ func (m *model) invalidate(idx uint64, id string) {
 			continue
 		}
 		if sess.behavior == state.BehaviorDelete {
-			delete(m.kv, k)
-			m.tombs[k] = idx
+			m.drop(idx, k)
 		} else {
 			e.Session, e.Mod = "", idx
 			m.kv[k] = e
@@ -392,6 +406,10 @@ type runner struct {
 	idx  uint64
 	log  []string
 	prev map[string]*state.DirEntry
+	// seqs maps every sequencer seen, "key\x00LockIndex\x00session", to
+	// the CreateIndex of the key's life that gave it: a sequencer must
+	// never come back in a later life of the key.
+	seqs map[string]uint64
 }
 
 func (r *runner) failf(format string, args ...interface{}) {
@@ -658,6 +676,12 @@ func (r *runner) compare() {
 			}
 		}
 		if e != nil && e.Session != "" {
+			sq := fmt.Sprintf("%s\x00%d\x00%s", k, e.LockIndex, e.Session)
+			if c, seen := r.seqs[sq]; seen && c != e.CreateIndex {
+				r.failf("sequencer (%q, %d, %s) of the key created at %d is handed out again by the key created at %d",
+					k, e.LockIndex, e.Session, c, e.CreateIndex)
+			}
+			r.seqs[sq] = e.CreateIndex
 			if _, sess := s.SessionGet(nil, e.Session); sess == nil {
 				r.failf("key %q held by session %q, which does not exist", k, e.Session)
 			}
@@ -721,7 +745,7 @@ func (r *runner) compare() {
 }
 
 func runModel(t *testing.T, data []byte) {
-	r := &runner{t: t, s: state.New(), m: newModel(), prev: map[string]*state.DirEntry{}}
+	r := &runner{t: t, s: state.New(), m: newModel(), prev: map[string]*state.DirEntry{}, seqs: map[string]uint64{}}
 	r.log = append(r.log, "@1 register n1 with c0, c1 passing")
 	res := r.apply(fsm.TypeRegister, &state.RegisterRequest{Node: fzNode, Checks: []*state.HealthCheck{
 		{CheckID: "c0", Status: state.HealthPassing}, {CheckID: "c1", Status: state.HealthPassing}}})

@@ -68,6 +68,20 @@ func TestRestoreSnapshotV1(t *testing.T) {
 		t.Fatalf("restored store differs:\n got  %+v\n want %+v", got, want)
 	}
 
+	// A snapshot written before a delete-tree left a tombstone per key
+	// restores to the same store apart from those tombstones.
+	before, err := os.ReadFile("testdata/snapshot-v1-tree-tombstone.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	older, err := state.Restore(bytes.NewReader(before))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, older); !reflect.DeepEqual(got, withoutKeyGraves(readAll(t, f.s))) {
+		t.Fatalf("restored store differs:\n got  %+v\n want %+v", got, want)
+	}
+
 	// Both invalidate the same sessions for the same commands.
 	g := &fx{t: t, s: restored, idx: f.idx, now: f.now}
 	for _, h := range []*fx{f, g} {

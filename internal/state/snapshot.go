@@ -40,6 +40,11 @@ var dumped = []string{tabIndex, tabNodes, tabServices, tabChecks, tabSessions,
 // whose newest snapshot is that old unable to start.
 const tabOldSessionChecks = "session_checks"
 
+// recLockFloor is the record that carries the kvs table's LockFloor (a
+// number), written after the tombstones when it is not 0. A snapshot
+// without it restores a floor of 0.
+const recLockFloor = "kvs_lock_floor"
+
 // Persist writes the snapshot as a stream of JSON records.
 func (sn *Snapshot) Persist(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
@@ -65,7 +70,11 @@ func (sn *Snapshot) Persist(w io.Writer) error {
 		case tabKVs:
 			err = eachErr(kvTableOf(sn.tx).Entries, func(e *DirEntry) error { return put(t, e) })
 		case tabTombstones:
-			err = eachErr(kvTableOf(sn.tx).Graves, func(g *tombstone) error { return put(t, g) })
+			kv := kvTableOf(sn.tx)
+			err = eachErr(kv.Graves, func(g *tombstone) error { return put(t, g) })
+			if err == nil && kv.LockFloor != 0 {
+				err = put(recLockFloor, kv.LockFloor)
+			}
 		default:
 			err = sn.putRows(t, put)
 		}
@@ -164,6 +173,12 @@ func Restore(r io.Reader) (*Store, error) {
 		if rec.T == tabOldSessionChecks {
 			continue
 		}
+		if rec.T == recLockFloor {
+			if err := json.Unmarshal(rec.V, &kv.LockFloor); err != nil {
+				return nil, fmt.Errorf("state: decoding %s record: %w", rec.T, err)
+			}
+			continue
+		}
 		obj, err := newObj(rec.T)
 		if err != nil {
 			return nil, err
@@ -191,7 +206,7 @@ func Restore(r io.Reader) (*Store, error) {
 			return nil, fmt.Errorf("state: restoring %s: %w", rec.T, err)
 		}
 	}
-	if kv.Entries.Len() > 0 || kv.Graves.Len() > 0 || kv.Index != 0 {
+	if kv.Entries.Len() > 0 || kv.Graves.Len() > 0 || kv.Index != 0 || kv.LockFloor != 0 {
 		must(tx.Insert(tabKVs, &kv))
 	}
 	tx.Commit()

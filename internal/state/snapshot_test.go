@@ -57,6 +57,16 @@ func readAll(t testing.TB, s *state.Store) *reads {
 	return r
 }
 
+// withoutKeyGraves drops from r the tombstones populate's delete-tree of
+// "gone/" leaves for each key it deleted: snapshots written before
+// 2026-11-22 have only the prefix's (testdata/snapshot-v1-*.jsonl), and
+// restoring one must give the same store apart from those.
+func withoutKeyGraves(r *reads) *reads {
+	delete(r.Tombstones, "gone/1")
+	delete(r.Tombstones, "gone/2")
+	return r
+}
+
 // populate fills a store with a bit of everything.
 func populate(t *testing.T) *fx {
 	f := newFx(t)
@@ -115,7 +125,7 @@ func roundTrip(t *testing.T, sn *state.Snapshot) *state.Store {
 func TestSnapshotRoundTrip(t *testing.T) {
 	f := populate(t)
 	want := readAll(t, f.s)
-	if len(want.KVs) != 5 || len(want.Sessions) != 2 || len(want.Tombstones) != 2 || want.Delays["eph"].IsZero() {
+	if len(want.KVs) != 5 || len(want.Sessions) != 2 || len(want.Tombstones) != 4 || want.Delays["eph"].IsZero() {
 		t.Fatalf("populate did not build what the test expects: %d keys, %d sessions, %v tombstones, delays %v",
 			len(want.KVs), len(want.Sessions), want.Tombstones, want.Delays)
 	}
@@ -198,7 +208,7 @@ func TestRestoreSnapshotWithSessionChecks(t *testing.T) {
 	}
 	f := populate(t)
 	populateSessions(f)
-	if a, b := readAll(t, got), readAll(t, f.s); !reflect.DeepEqual(a, b) {
+	if a, b := readAll(t, got), withoutKeyGraves(readAll(t, f.s)); !reflect.DeepEqual(a, b) {
 		t.Fatalf("restored store differs:\n got  %+v\n want %+v", a, b)
 	}
 	g := &fx{t: t, s: got, idx: f.idx, now: f.now}
@@ -207,7 +217,7 @@ func TestRestoreSnapshotWithSessionChecks(t *testing.T) {
 		h.check("n1", "c1", state.HealthCritical)                           // rel, dup
 		h.deregister(&state.DeregisterRequest{Node: "n3", CheckID: "http"}) // del, multi
 	}
-	if a, b := readAll(t, f.s), readAll(t, g.s); !reflect.DeepEqual(a, b) {
+	if a, b := withoutKeyGraves(readAll(t, f.s)), readAll(t, g.s); !reflect.DeepEqual(a, b) {
 		t.Fatalf("original and restored diverged:\n orig     %+v\n restored %+v", a, b)
 	}
 	// A snapshot of the restored store is today's format.
