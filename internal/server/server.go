@@ -372,9 +372,14 @@ func (s *Server) Shutdown() error {
 			<-drained
 		}
 		s.stopGossip()
+		// The session timers start each expiry in a goroutine counted by
+		// s.wg: they stop first, so that no expiry is added while Wait
+		// runs (a WaitGroup reused during its Wait panics) or left to
+		// write after raft has stopped. Expiries already started meet
+		// the closed gate and end.
+		s.timers.Close()
 		s.wg.Wait()
 		s.stopLeading()
-		s.timers.Close()
 		err = s.raft.Shutdown().Error()
 		s.closeStores()
 	})
