@@ -11,15 +11,18 @@ type KVOp string
 
 // The KV verbs of /v1/txn. All but KVCheckLock are Consul's.
 const (
-	KVSet            KVOp = "set"
-	KVDelete         KVOp = "delete"
-	KVDeleteCAS      KVOp = "delete-cas"
-	KVDeleteTree     KVOp = "delete-tree"
-	KVCAS            KVOp = "cas"
-	KVLock           KVOp = "lock"
-	KVUnlock         KVOp = "unlock"
-	KVGet            KVOp = "get"
-	KVGetTree        KVOp = "get-tree"
+	KVSet        KVOp = "set"
+	KVDelete     KVOp = "delete"
+	KVDeleteCAS  KVOp = "delete-cas"
+	KVDeleteTree KVOp = "delete-tree"
+	KVCAS        KVOp = "cas"
+	KVLock       KVOp = "lock"
+	KVUnlock     KVOp = "unlock"
+	KVGet        KVOp = "get"
+	KVGetTree    KVOp = "get-tree"
+	// KVGetOrEmpty is KVGet that answers a missing key with an entry
+	// without a value instead of failing the transaction.
+	KVGetOrEmpty     KVOp = "get-or-empty"
 	KVCheckSession   KVOp = "check-session"
 	KVCheckIndex     KVOp = "check-index"
 	KVCheckNotExists KVOp = "check-not-exists"

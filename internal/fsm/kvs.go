@@ -43,13 +43,15 @@ var kvOpCodes = map[state.KVOp]byte{
 	state.OpCheckNotExists: 12,
 	state.OpCheckLock:      13,
 	state.OpCheckSequencer: 14,
+	state.OpGetOrEmpty:     15,
 }
 
 // kvOps is kvOpCodes inverted (index = code).
 var kvOps = [...]state.KVOp{1: state.OpSet, 2: state.OpCAS, 3: state.OpLock, 4: state.OpUnlock,
 	5: state.OpDelete, 6: state.OpDeleteCAS, 7: state.OpDeleteTree, 8: state.OpGet,
 	9: state.OpGetTree, 10: state.OpCheckIndex, 11: state.OpCheckSession,
-	12: state.OpCheckNotExists, 13: state.OpCheckLock, 14: state.OpCheckSequencer}
+	12: state.OpCheckNotExists, 13: state.OpCheckLock, 14: state.OpCheckSequencer,
+	15: state.OpGetOrEmpty}
 
 // lastWriteCode is the highest code of a write; the codes above it are
 // the reads and checks only a transaction carries.

@@ -56,7 +56,7 @@ func TestEncodeKVSRoundTrip(t *testing.T) {
 }
 
 func TestKVOpCodesInverse(t *testing.T) {
-	if len(kvOpCodes) != 14 {
+	if len(kvOpCodes) != 15 {
 		t.Fatalf("%d codes", len(kvOpCodes))
 	}
 	for op, c := range kvOpCodes {

@@ -47,7 +47,7 @@ var txnVerbs = map[string]txnVerb{}
 
 func init() {
 	for _, op := range []state.KVOp{
-		state.OpSet, state.OpCAS, state.OpLock, state.OpUnlock, state.OpGet, state.OpGetTree,
+		state.OpSet, state.OpCAS, state.OpLock, state.OpUnlock, state.OpGet, state.OpGetOrEmpty, state.OpGetTree,
 		state.OpCheckIndex, state.OpCheckSession, state.OpCheckNotExists,
 		state.OpDelete, state.OpDeleteTree, state.OpDeleteCAS,
 	} {

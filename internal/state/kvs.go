@@ -21,12 +21,16 @@ type KVOp string
 // .lock key a permit check (CheckSequencer). OpCheckLock stays for the
 // commands already in logs, which must replay as they were first applied.
 const (
-	OpSet            KVOp = "set"
-	OpCAS            KVOp = "cas"
-	OpLock           KVOp = "lock"
-	OpUnlock         KVOp = "unlock"
-	OpGet            KVOp = "get"
-	OpGetTree        KVOp = "get-tree"
+	OpSet     KVOp = "set"
+	OpCAS     KVOp = "cas"
+	OpLock    KVOp = "lock"
+	OpUnlock  KVOp = "unlock"
+	OpGet     KVOp = "get"
+	OpGetTree KVOp = "get-tree"
+	// OpGetOrEmpty is OpGet that, for a missing key, answers the entry
+	// asked for with no value instead of failing the transaction
+	// (Consul's api.KVGetOrEmpty).
+	OpGetOrEmpty     KVOp = "get-or-empty"
 	OpCheckIndex     KVOp = "check-index"
 	OpCheckSession   KVOp = "check-session"
 	OpCheckNotExists KVOp = "check-not-exists"
@@ -40,7 +44,7 @@ const (
 // ReadOnly reports whether the operation only reads or checks the store.
 func (o KVOp) ReadOnly() bool {
 	switch o {
-	case OpGet, OpGetTree, OpCheckIndex, OpCheckSession, OpCheckNotExists, OpCheckLock, OpCheckSequencer:
+	case OpGet, OpGetOrEmpty, OpGetTree, OpCheckIndex, OpCheckSession, OpCheckNotExists, OpCheckLock, OpCheckSequencer:
 		return true
 	}
 	return false

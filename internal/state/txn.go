@@ -99,6 +99,14 @@ func (tx *wtx) txnKV(req *KVRequest) ([]*TxnResult, error) {
 		}
 		c := *cur
 		return []*TxnResult{{KV: &c}}, nil
+	case OpGetOrEmpty:
+		if cur == nil {
+			c := req.Entry
+			c.Value = nil
+			return []*TxnResult{{KV: &c}}, nil
+		}
+		c := *cur
+		return []*TxnResult{{KV: &c}}, nil
 	case OpGetTree:
 		var out []*TxnResult
 		tx.kvt().Entries.prefix(key, func(e *DirEntry) bool {
