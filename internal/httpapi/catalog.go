@@ -196,7 +196,7 @@ func (h *handler) healthNode(w http.ResponseWriter, r *http.Request, name string
 	if err := refuseFilter(r); err != nil {
 		return err
 	}
-	checks, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.HealthCheck) {
+	checks, err := readScoped(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.HealthCheck) {
 		return s.NodeChecks(ws, name)
 	})
 	if err != nil {

@@ -185,3 +185,19 @@ func readList[T any](h *handler, w http.ResponseWriter, r *http.Request, ro *rea
 	})
 	return out, err
 }
+
+// readScoped is readList for a list scoped to one node (its checks, its
+// sessions), whose index is its table's: an empty list counts as missing,
+// so while it stays empty a wake-up from a write elsewhere in the table
+// (the store's watch on an empty range is shared with its neighbours)
+// re-baselines and keeps waiting instead of answering the same empty list
+// with a new index. A list that empties, or fills, answers.
+func readScoped[T any](h *handler, w http.ResponseWriter, r *http.Request, ro *readOpts, get func(*state.Store, watch.Set) (uint64, []T)) ([]T, error) {
+	var out []T
+	err := h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
+		idx, v := get(s, ws)
+		out = v
+		return idx, len(v) > 0
+	})
+	return out, err
+}

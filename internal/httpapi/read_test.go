@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -199,6 +200,17 @@ func TestBlockingSessionEndpoints(t *testing.T) {
 	recv(t, info).want(t, 200, "[]")
 	recv(t, list).want(t, 200, "[]")
 	recv(t, node).want(t, 200, "[]")
+
+	// The node's list is empty now: an empty list that stays empty keeps
+	// waiting through writes elsewhere, and answers when it fills.
+	idx = idxOf(t, e.do("GET", "/v1/session/node/"+testNode, ""))
+	node = e.block("GET", "/v1/session/node/"+testNode+"?index="+u64(idx))
+	e.do("PUT", "/v1/kv/x", "unrelated again").want(t, 200, "true")
+	notYet(t, node)
+	id = e.createSession("")
+	if r := recv(t, node).want(t, 200, "*"); !strings.Contains(r.Body, id) {
+		t.Fatalf("node list after a create: %s", r.Body)
+	}
 }
 
 func TestBlockingConsistentChecksEachEvaluation(t *testing.T) {

@@ -286,7 +286,7 @@ func (h *handler) sessionNode(w http.ResponseWriter, r *http.Request, node strin
 	if strings.TrimSpace(node) == "" {
 		return invalidf("Missing node name")
 	}
-	list, err := readList(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.Session) {
+	list, err := readScoped(h, w, r, ro, func(s *state.Store, ws watch.Set) (uint64, []*state.Session) {
 		return s.NodeSessions(ws, node)
 	})
 	if err != nil {
