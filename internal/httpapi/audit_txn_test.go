@@ -1,28 +1,26 @@
-package httpapi
+package httpapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 
 	"github.com/holdfast/holdfast/clock/clocktest"
+	"github.com/holdfast/holdfast/internal/httpapi"
 	"github.com/holdfast/holdfast/internal/server"
+	"github.com/holdfast/holdfast/internal/servertest"
 	"github.com/holdfast/holdfast/internal/state"
 )
 
 // taSrv is a real in-process holdfast server (raft on an in-memory
 // transport, fake clock) with this package's handler on a loopback
-// httptest server. internal/servertest cannot be imported from here (it
-// imports this package), so this is the same recipe.
+// httptest server: internal/servertest's, which an external test package
+// may import.
 type taSrv struct {
 	t   *testing.T
 	srv *server.Server
@@ -32,37 +30,8 @@ type taSrv struct {
 
 func taNew(t *testing.T) *taSrv {
 	t.Helper()
-	clk := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	logger := hclog.New(&hclog.LoggerOptions{Name: "ta", Level: hclog.Error, Output: io.Discard})
-	_, trans := raft.NewInmemTransport(raft.ServerAddress("node1"))
-	srv, err := server.New(server.Config{
-		NodeName: "node1", Transport: trans, Clock: clk, Logger: logger,
-		RaftTuning: func(c *raft.Config) {
-			c.HeartbeatTimeout = 50 * time.Millisecond
-			c.ElectionTimeout = 50 * time.Millisecond
-			c.LeaderLeaseTimeout = 50 * time.Millisecond
-			c.CommitTimeout = 5 * time.Millisecond
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.WaitForLeader(ctx); err != nil {
-		srv.Shutdown()
-		t.Fatal(err)
-	}
-	if err := srv.WaitForSelfRegistration(ctx); err != nil {
-		srv.Shutdown()
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(New(srv, Options{Clock: clk}))
-	t.Cleanup(func() {
-		hs.Close()
-		srv.Shutdown()
-	})
-	return &taSrv{t: t, srv: srv, clk: clk, url: hs.URL}
+	s := servertest.New(t, servertest.Options{})
+	return &taSrv{t: t, srv: s.Server, clk: s.Clock, url: s.URL}
 }
 
 type taResp struct {
@@ -276,7 +245,7 @@ func TestAuditTxnKVEdges(t *testing.T) {
 	want(s.do("PUT", "/v1/session/destroy/"+sa, ""), 200, "true")
 	want(s.do("PUT", "/v1/kv/lk?acquire="+sa, ""), 400, `invalid session "`+sa+`"`)
 	r = s.do("PUT", "/v1/kv/lk?acquire="+sb, "")
-	if r.Body != "false" || r.Header.Get(HeaderLockDelay) != "10s" {
+	if r.Body != "false" || r.Header.Get(httpapi.HeaderLockDelay) != "10s" {
 		t.Fatalf("acquire in lock-delay: %q %v", r.Body, r.Header)
 	}
 	r, _ = s.txn(`[{"KV":{"Verb":"lock","Key":"lk","Session":"` + sb + `"}}]`)
