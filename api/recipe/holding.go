@@ -16,9 +16,12 @@ type holding struct {
 	lostOnce sync.Once
 	stop     context.CancelFunc
 	monitor  chan struct{} // closed when the monitor has stopped
+	stopOnce sync.Once
+
+	relMu sync.Mutex // serialises giveUp
 
 	mu       sync.Mutex
-	released bool
+	released bool // the server was told: giveUp's free succeeded
 	why      error
 }
 
@@ -63,19 +66,34 @@ func (h *holding) startMonitor(ctx context.Context, watch func(context.Context))
 	}()
 }
 
-// giveUp marks the hold released, stops its monitor, waits for it, and
-// closes Lost with ErrReleased. It returns false if the hold was already
-// given up.
-func (h *holding) giveUp() bool {
+// giveUp gives the hold up: it stops the monitor, waits for it, closes
+// Lost with ErrReleased, and then calls free, which tells the server. It
+// returns false if an earlier call has done all that. When free fails
+// the hold stays given up here (no monitor, Lost closed) but not
+// released, and the next call tries free again: a holder whose release
+// met an unreachable server can retry it, and until it has, the key and
+// the queue entry stay with its session, so the Lock or Semaphore keeps
+// the hold as its current one rather than take the key anew under the
+// same sequencer. Calls are serialised.
+func (h *holding) giveUp(free func() error) (bool, error) {
+	h.relMu.Lock()
+	defer h.relMu.Unlock()
 	h.mu.Lock()
-	if h.released {
-		h.mu.Unlock()
-		return false
+	done := h.released
+	h.mu.Unlock()
+	if done {
+		return false, nil
 	}
+	h.stopOnce.Do(func() {
+		h.stop()
+		<-h.monitor
+	})
+	h.markLost(ErrReleased)
+	if err := free(); err != nil {
+		return true, err
+	}
+	h.mu.Lock()
 	h.released = true
 	h.mu.Unlock()
-	h.stop()
-	<-h.monitor
-	h.markLost(ErrReleased)
-	return true
+	return true, nil
 }

@@ -795,19 +795,26 @@ func (h *Hold) leaveQueue(ctx context.Context) {
 // locked by the session, and the queue entry keeps the next waiter
 // waiting. It returns ErrLockNotHeld if the hold was already given up. A
 // release refused because the hold was no longer current is not an error.
+// If the release fails (the server cannot be reached) Unlock returns the
+// error and may be called again; until one succeeds the hold stays the
+// Lock's current one, and Lock returns ErrLockHeld.
 func (h *Hold) Unlock(ctx context.Context) error {
-	if !h.giveUp() {
+	l := h.l
+	ok, err := h.giveUp(func() error {
+		return l.release(ctx, h.seq.Session, h.seq.LockIndex, h.queue, h.next)
+	})
+	if !ok {
 		return ErrLockNotHeld
 	}
-	l := h.l
-	defer func() {
-		l.mu.Lock()
-		if l.hold == h {
-			l.hold = nil
-		}
-		l.mu.Unlock()
-	}()
-	return l.release(ctx, h.seq.Session, h.seq.LockIndex, h.queue, h.next)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if l.hold == h {
+		l.hold = nil
+	}
+	l.mu.Unlock()
+	return nil
 }
 
 // release frees the key held by session at lockIndex and deletes queue

@@ -116,7 +116,9 @@ type semaphoreLock struct {
 // Permit is one slot of a semaphore, from acquisition to Release. Its
 // Lost channel is closed the moment the permit is lost: the session's
 // holder entry left .lock (pruned after its contender key vanished, or
-// removed by someone), or the session's policy says its holds are gone.
+// removed by someone), .lock stopped being this semaphore's (rewritten
+// with another Limit or other Flags, or a value that does not decode), or
+// the session's policy says its holds are gone.
 // Release closes it too. Its Sequencer is the .lock key, the session, and
 // the .lock key's ModifyIndex right after this permit was recorded in it:
 // a later permit has a larger index. holdfast's server checks it like a
@@ -211,6 +213,14 @@ type semView struct {
 }
 
 // read reads the prefix.
+// lockContentError is an error of read about what .lock holds (a value
+// that does not decode, another Limit; ErrSemaphoreConflict, other Flags,
+// is the third kind), as against a failure to read it: retrying does not
+// mend it.
+type lockContentError struct{ error }
+
+func (e lockContentError) Unwrap() error { return e.error }
+
 func (sem *Semaphore) read(ctx context.Context, q *api.QueryOptions) (*semView, *api.QueryMeta, error) {
 	pairs, qm, err := sem.kv.List(ctx, sem.prefix+"/", q)
 	if err != nil {
@@ -240,14 +250,14 @@ func (sem *Semaphore) read(ctx context.Context, q *api.QueryOptions) (*semView, 
 	if v.lockPair.Value != nil {
 		v.lk = &semaphoreLock{}
 		if err := json.Unmarshal(v.lockPair.Value, v.lk); err != nil {
-			return nil, qm, fmt.Errorf("lock decoding failed: %w", err)
+			return nil, qm, lockContentError{fmt.Errorf("lock decoding failed: %w", err)}
 		}
 		if v.lk.Holders == nil {
 			v.lk.Holders = map[string]bool{}
 		}
 	}
 	if v.lk.Limit != sem.limit {
-		return nil, qm, fmt.Errorf("semaphore limit conflict (lock: %d, local: %d)", v.lk.Limit, sem.limit)
+		return nil, qm, lockContentError{fmt.Errorf("semaphore limit conflict (lock: %d, local: %d)", v.lk.Limit, sem.limit)}
 	}
 	for h := range v.lk.Holders {
 		if !alive[h] {
@@ -367,6 +377,14 @@ func (p *Permit) watch(ctx context.Context, untrusted <-chan struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
+		var content lockContentError
+		if errors.As(err, &content) || errors.Is(err, ErrSemaphoreConflict) {
+			// .lock is no longer this semaphore's as the permit was
+			// granted (another Limit, other Flags, an unreadable value):
+			// nothing it says can vouch for the permit.
+			p.markLost(ErrKeyChanged)
+			return
+		}
 		if err != nil {
 			errs++
 			if sleep(ctx, sem.s.clk, backoff(errs)) != nil {
@@ -390,20 +408,30 @@ func (p *Permit) watch(ctx context.Context, untrusted <-chan struct{}) {
 // Release gives the permit up: it removes the session from .lock's holders
 // (check-and-set, retried on races) and deletes the contender entry. Call
 // it also after the permit was lost. ErrSemaphoreNotHeld if already
-// released.
+// released. If the server cannot be reached Release returns the error and
+// may be called again; until one succeeds the permit stays the
+// Semaphore's current one.
 func (p *Permit) Release(ctx context.Context) error {
-	if !p.giveUp() {
+	sem := p.sem
+	ok, err := p.giveUp(func() error { return sem.free(ctx, p.seq.Session) })
+	if !ok {
 		return ErrSemaphoreNotHeld
 	}
+	if err != nil {
+		return err
+	}
+	sem.mu.Lock()
+	if sem.permit == p {
+		sem.permit = nil
+	}
+	sem.mu.Unlock()
+	return nil
+}
 
-	sem := p.sem
-	defer func() {
-		sem.mu.Lock()
-		if sem.permit == p {
-			sem.permit = nil
-		}
-		sem.mu.Unlock()
-	}()
+// free removes session from .lock's holders and deletes its contender
+// entry. A .lock that does not decode holds no one this recipe can name,
+// so there is nothing to remove from it.
+func (sem *Semaphore) free(ctx context.Context, session string) error {
 	for {
 		pair, _, err := sem.kv.Get(ctx, sem.lockKey(), nil)
 		if err != nil {
@@ -413,13 +441,10 @@ func (p *Permit) Release(ctx context.Context) error {
 			break
 		}
 		lk := &semaphoreLock{}
-		if err := json.Unmarshal(pair.Value, lk); err != nil {
-			return fmt.Errorf("lock decoding failed: %w", err)
-		}
-		if !lk.Holders[p.seq.Session] {
+		if err := json.Unmarshal(pair.Value, lk); err != nil || !lk.Holders[session] {
 			break
 		}
-		delete(lk.Holders, p.seq.Session)
+		delete(lk.Holders, session)
 		enc, err := json.Marshal(lk)
 		if err != nil {
 			return err
@@ -437,7 +462,7 @@ func (p *Permit) Release(ctx context.Context) error {
 			return err
 		}
 	}
-	if _, err := sem.kv.Delete(ctx, sem.prefix+"/"+p.seq.Session, nil); err != nil {
+	if _, err := sem.kv.Delete(ctx, sem.prefix+"/"+session, nil); err != nil {
 		return err
 	}
 	return nil
