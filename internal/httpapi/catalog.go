@@ -2,7 +2,12 @@ package httpapi
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/holdfast/holdfast/internal/state"
 	"github.com/holdfast/holdfast/internal/watch"
@@ -19,9 +24,84 @@ type registerBody struct {
 	TaggedAddresses map[string]string
 	NodeMeta        map[string]string
 	Service         *state.Service
-	Check           *state.HealthCheck
-	Checks          []*state.HealthCheck
+	Check           *catalogCheck
+	Checks          []*catalogCheck
 	SkipNodeUpdate  bool
+}
+
+// catalogCheck is a check of a catalog registration: a HealthCheck whose
+// Definition durations may be numbers (nanoseconds) or duration strings,
+// as Consul accepts them.
+type catalogCheck struct {
+	state.HealthCheck
+	Definition struct {
+		HTTP, TCP, Method              string
+		Interval, Timeout, TTL         json.RawMessage
+		DeregisterCriticalServiceAfter json.RawMessage
+	}
+}
+
+// toState returns the check as the catalog keeps it: CheckID defaults to
+// Name (as in Consul), durations become Go duration strings ("10s").
+func (c *catalogCheck) toState() (*state.HealthCheck, error) {
+	hc := c.HealthCheck
+	if hc.CheckID == "" {
+		hc.CheckID = hc.Name
+	}
+	d := &c.Definition
+	hc.Definition = state.HealthCheckDefinition{HTTP: d.HTTP, TCP: d.TCP, Method: d.Method}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		to   *string
+	}{
+		{"Interval", d.Interval, &hc.Definition.Interval},
+		{"Timeout", d.Timeout, &hc.Definition.Timeout},
+		{"TTL", d.TTL, &hc.Definition.TTL},
+		{"DeregisterCriticalServiceAfter", d.DeregisterCriticalServiceAfter, new(string)},
+	} {
+		v, err := checkDuration(f.raw)
+		if err != nil {
+			return nil, invalidf("Check %q: Definition.%s %s", hc.CheckID, f.name, err)
+		}
+		*f.to = v
+	}
+	return &hc, nil
+}
+
+// checkDuration reads a check definition's duration: absent, null or ""
+// is none; a number is nanoseconds; a string must parse as a Go duration.
+// It returns the duration as a string ("" for none).
+func checkDuration(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var d time.Duration
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", fmt.Errorf("is not a string or a number")
+		}
+		if s == "" {
+			return "", nil
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return "", fmt.Errorf("%q is not a duration such as \"10s\"", s)
+		}
+		d = v
+	} else {
+		f, err := strconv.ParseFloat(string(raw), 64)
+		if err != nil || math.IsNaN(f) || f >= math.MaxInt64 || f <= math.MinInt64 {
+			return "", fmt.Errorf("%s is not a duration (a number of nanoseconds or a string such as \"10s\")", raw)
+		}
+		d = time.Duration(f)
+	}
+	if d < 0 {
+		return "", fmt.Errorf("%v must not be negative", d)
+	}
+	return d.String(), nil
 }
 
 func (h *handler) catalogRegister(w http.ResponseWriter, r *http.Request, _ string) error {
@@ -46,20 +126,25 @@ func (h *handler) catalogRegister(w http.ResponseWriter, r *http.Request, _ stri
 	if in.Address == "" && !in.SkipNodeUpdate {
 		return invalidf("Must provide address if SkipNodeUpdate is not set")
 	}
-	for _, c := range append([]*state.HealthCheck{in.Check}, in.Checks...) {
-		if c != nil && c.Node != "" && c.Node != in.Node {
-			return invalidf("Check %q belongs to node %q, not %q", c.CheckID, c.Node, in.Node)
-		}
-	}
 	req := &state.RegisterRequest{
 		Node: in.Node, ID: in.ID, Address: in.Address, Datacenter: dc,
 		TaggedAddresses: in.TaggedAddresses, NodeMeta: in.NodeMeta,
-		Service: in.Service, Check: in.Check, SkipNodeUpdate: in.SkipNodeUpdate,
+		Service: in.Service, SkipNodeUpdate: in.SkipNodeUpdate,
 	}
-	for _, c := range in.Checks {
-		if c != nil {
-			req.Checks = append(req.Checks, c)
+	// Check goes after Checks, as Consul applies them: when both name the
+	// same check, Check's status is the one that stays.
+	for _, c := range append(in.Checks, in.Check) {
+		if c == nil {
+			continue
 		}
+		hc, err := c.toState()
+		if err != nil {
+			return err
+		}
+		if hc.Node != "" && hc.Node != in.Node {
+			return invalidf("Check %q belongs to node %q, not %q", hc.CheckID, hc.Node, in.Node)
+		}
+		req.Checks = append(req.Checks, hc)
 	}
 	if err := h.b.Register(r.Context(), req); err != nil {
 		return err

@@ -70,7 +70,7 @@ func TestCatalogRegisterErrors(t *testing.T) {
 		{`{"Node":"n","Address":"a","Check":{"Node":"m","CheckID":"c"}}`, `Check "c" belongs to node "m", not "n"`},
 		{`{"Node":"n","Address":"a","Check":{"CheckID":"c","Status":"sad"}}`,
 			`Invalid check status "sad": must be passing, warning or critical`},
-		{`{"Node":"n","Address":"a","Check":{"Name":"no id"}}`, "Must provide a CheckID"},
+		{`{"Node":"n","Address":"a","Check":{"Status":"passing"}}`, "Must provide a CheckID"},
 		{`{"Node":"n","Address":"a","Service":{"ID":"x"}}`, "Must provide service name"},
 		{`{"Node":5}`, "*"},
 	} {

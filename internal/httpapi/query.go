@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 
@@ -158,6 +159,9 @@ func (h *handler) queryDelete(w http.ResponseWriter, r *http.Request, arg string
 		return invalidf("Missing query ID")
 	}
 	if err := h.b.QueryDelete(r.Context(), id); err != nil {
+		if errors.Is(err, state.ErrQueryNotFound) {
+			return notFoundf("Cannot modify non-existent prepared query: '%s'", id)
+		}
 		return err
 	}
 	w.WriteHeader(http.StatusOK)

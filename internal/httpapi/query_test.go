@@ -35,7 +35,7 @@ func TestPreparedQueries(t *testing.T) {
 
 	e.do("DELETE", "/v1/query/"+created.ID, "").want(t, 200, "")
 	e.do("GET", "/v1/query/"+created.ID, "").want(t, 404, "Query not found")
-	e.do("DELETE", "/v1/query/"+created.ID, "").want(t, 404, "query not found")
+	e.do("DELETE", "/v1/query/"+created.ID, "").want(t, 404, "Cannot modify non-existent prepared query: '"+created.ID+"'")
 	e.do("GET", "/v1/query", "").want(t, 200, "[]")
 }
 

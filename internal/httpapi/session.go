@@ -190,6 +190,9 @@ func parseLockDelay(raw json.RawMessage) (time.Duration, error) {
 		if err != nil {
 			return 0, err
 		}
+		if strings.HasPrefix(strings.TrimSpace(s), "-") {
+			return 0, fmt.Errorf("LockDelay %s must not be negative", s)
+		}
 		d = v
 	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 		s := string(raw)
@@ -200,6 +203,10 @@ func parseLockDelay(raw json.RawMessage) (time.Duration, error) {
 		f, err := strconv.ParseFloat(s, 64)
 		if err != nil || math.IsNaN(f) || f >= math.MaxInt64 || f <= math.MinInt64 {
 			return 0, fmt.Errorf("LockDelay %s is out of range", s)
+		}
+		if f < 0 {
+			// Checked before the conversion, which makes -0.5 a 0.
+			return 0, fmt.Errorf("LockDelay %s must not be negative", s)
 		}
 		d = time.Duration(f)
 	default:
