@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"strings"
@@ -26,6 +27,9 @@ func (h *handler) decodeQuery(r *http.Request) (*state.PreparedQuery, error) {
 		return nil, err
 	}
 	var in queryBody
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, invalidf("Request decode failed: the request body is empty (want a prepared query as JSON)")
+	}
 	if err := decodeStrict(body, &in); err != nil {
 		return nil, invalidf("Request decode failed: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 func TestPreparedQueries(t *testing.T) {
 	e := newEnv(t)
 	s := e.createSession("")
+	e.do("POST", "/v1/query", "").want(t, 400, "Request decode failed: the request body is empty (want a prepared query as JSON)")
 	r := e.do("POST", "/v1/query", `{"Name":"web","Session":"`+s+`","Service":{"Service":"web","OnlyPassing":true,
 		"Failover":{"NearestN":3}},"DNS":{"TTL":"10s"}}`).want(t, 200, "*")
 	var created struct{ ID string }
