@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/holdfast/holdfast/internal/fsm"
@@ -219,8 +220,9 @@ func (s *Server) onSessionExpired(id string) {
 		switch {
 		case err == nil:
 			s.log.Debug("session expired", "session", id)
-		case err == ErrShuttingDown || err == ErrNoLeader:
-			// The next leader arms the timer again.
+		case err == ErrShuttingDown || err == ErrNoLeader || errors.As(err, new(*OutcomeUnknownError)):
+			// The next leader arms the timer again (and, when the
+			// destroy did reach the log, finds the session gone).
 		default:
 			s.log.Warn("invalidating an expired session failed; trying again", "session", id, "in", expiryRetry, "error", err)
 			s.timers.Reset(id, expiryRetry)

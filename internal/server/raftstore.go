@@ -103,6 +103,10 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS) (*stores, er
 	}
 
 	removeUnfinishedSnapshots(filepath.Join(dir, snapshotDirName), logger)
+	if err := checkLogFiles(raftDir, filepath.Join(dir, snapshotDirName)); err != nil {
+		lock.Close()
+		return nil, err
+	}
 
 	// The meta store is passed in, although it is the default one, because
 	// WAL.Close in raft-wal (v0.4.0 and v0.4.1) never closes it: its bbolt file, and the
@@ -182,6 +186,60 @@ func removeUnfinishedSnapshots(snapDir string, logger hclog.Logger) {
 		}
 		logger.Info("removed a snapshot left unfinished by an earlier run", "path", p)
 	}
+}
+
+// checkLogFiles refuses a raft directory that raft-wal would open wrongly.
+// Without its meta store (wal-meta.db), raft-wal starts a new log and
+// deletes the segment files it does not know, and the server would come up
+// from the newest snapshot, or empty, without the writes after it; an
+// empty meta store makes bbolt fail deep inside; and a segment the meta
+// store lists but that is gone, raft-wal makes anew, empty. Each would lose
+// acknowledged writes without a word, so the server refuses to start and
+// says which file is wrong. A new data directory (no meta store, no
+// segment, no snapshot) passes.
+func checkLogFiles(raftDir, snapDir string) error {
+	segs, err := filepath.Glob(filepath.Join(raftDir, "*.wal"))
+	if err != nil {
+		return fmt.Errorf("server: listing %s: %w", raftDir, err)
+	}
+	snaps := 0
+	if entries, err := os.ReadDir(snapDir); err == nil {
+		for _, e := range entries {
+			if e.IsDir() && !strings.HasSuffix(e.Name(), ".tmp") {
+				snaps++
+			}
+		}
+	}
+	metaPath := filepath.Join(raftDir, metadb.FileName)
+	aside := "restore it from a backup, or move " + filepath.Dir(raftDir) + " aside to start empty"
+	st, err := os.Stat(metaPath)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if len(segs) == 0 && snaps == 0 {
+			return nil
+		}
+		return fmt.Errorf("server: %s is missing, but %s holds %d raft log segment(s) and %d snapshot(s): "+
+			"without it the log cannot be read, and starting would drop the writes it holds; %s",
+			metaPath, filepath.Dir(raftDir), len(segs), snaps, aside)
+	case err != nil:
+		return fmt.Errorf("server: %w", err)
+	case st.Size() == 0:
+		return fmt.Errorf("server: %s is empty: the raft log's index of segments is lost; %s", metaPath, aside)
+	}
+	meta := &metadb.BoltMetaDB{}
+	defer meta.Close()
+	ps, err := meta.Load(raftDir)
+	if err != nil {
+		return fmt.Errorf("server: reading %s: %w; %s", metaPath, err, aside)
+	}
+	for _, si := range ps.Segments {
+		p := filepath.Join(raftDir, segment.FileName(si))
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("server: raft log segment %s, listed in %s, cannot be found (%v): "+
+				"starting would lose the writes it holds; %s", p, metaPath, err, aside)
+		}
+	}
+	return nil
 }
 
 // makeDir creates d with mode 0700 if it is missing and then syncs its parent,

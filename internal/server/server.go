@@ -296,8 +296,17 @@ func checkMember(r *raft.Raft, id raft.ServerID, dir string) error {
 		return fmt.Errorf("server: reading the raft configuration: %w", err)
 	}
 	servers := f.Configuration().Servers
+	where := "the data directory " + dir
+	if dir == "" {
+		where = "the raft state"
+	}
 	if len(servers) == 0 {
-		return nil
+		// Raft has a term or a snapshot but no configuration: the log
+		// entries that held it are gone, and with no voter it would never
+		// elect a leader (and with a snapshot, would serve it without the
+		// writes after it).
+		return fmt.Errorf("server: %s has raft state but no cluster configuration: its log is damaged or missing; "+
+			"restore it from a backup, or move the directory aside to start empty", where)
 	}
 	var ids []string
 	for _, srv := range servers {
@@ -305,10 +314,6 @@ func checkMember(r *raft.Raft, id raft.ServerID, dir string) error {
 			return nil
 		}
 		ids = append(ids, strconv.Quote(string(srv.ID)))
-	}
-	where := "the data directory " + dir
-	if dir == "" {
-		where = "the raft state"
 	}
 	if len(ids) == 1 {
 		return fmt.Errorf("server: %s belongs to node %s, and this server is node %q, which raft would never elect: "+
@@ -412,6 +417,21 @@ type tempError string
 func (e tempError) Error() string   { return string(e) }
 func (e tempError) Temporary() bool { return true }
 
+// OutcomeUnknownError is a write that was not answered because leadership
+// was lost or the log store failed while it was in flight: it may or may
+// not have been applied, and may still be applied later. The HTTP API
+// answers it with 500 and this sentence; a client should read before it
+// retries a write that is not idempotent (a CAS, a create-if-absent).
+type OutcomeUnknownError struct{ Cause error }
+
+func (e *OutcomeUnknownError) Error() string {
+	return "the write may or may not have been applied (" + e.Cause.Error() +
+		"); read the current state before retrying it"
+}
+
+func (e *OutcomeUnknownError) Unwrap() error   { return e.Cause }
+func (e *OutcomeUnknownError) Temporary() bool { return true }
+
 // Transient errors.
 var (
 	ErrNoLeader     = tempError("No cluster leader")
@@ -448,13 +468,17 @@ func (s *Server) applyCommand(b []byte) (*fsm.Result, error) {
 	}
 	if err != nil {
 		switch {
-		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
-			errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrEnqueueTimeout):
-			return nil, ErrNoLeader
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress),
+			errors.Is(err, raft.ErrEnqueueTimeout):
+			return nil, ErrNoLeader // refused before it reached the log
 		case errors.Is(err, raft.ErrRaftShutdown):
 			return nil, ErrShuttingDown
 		}
-		return nil, fmt.Errorf("server: raft apply failed: %w", err)
+		// Leadership lost while the entry was in flight, or the log
+		// store failed: the entry may be in the log (raft-wal keeps the
+		// bytes of a batch whose fsync failed), and then a later leader,
+		// or this server after a restart, applies it.
+		return nil, &OutcomeUnknownError{Cause: err}
 	}
 	res, ok := f.Response().(*fsm.Result)
 	if !ok {
