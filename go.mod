@@ -11,6 +11,7 @@ require (
 	github.com/hashicorp/raft-boltdb/v2 v2.3.1
 	github.com/hashicorp/raft-wal v0.4.1
 	golang.org/x/net v0.59.0
+	golang.org/x/term v0.46.0
 )
 
 require (

@@ -69,6 +69,11 @@ func runKVPut(ctx context.Context, stdio Stdio, args []string) error {
 			return fail(stdio, fmt.Sprintf("Error! Cannot base 64 decode data: %s", err))
 		}
 	}
+	if n := countTrue(*cas, *acquire, *release); n > 1 {
+		// Consul's CLI quietly does one of them; the HTTP API refuses
+		// the same request with "Conflicting flags".
+		return fail(stdio, "Error! Conflicting flags: use at most one of -cas, -acquire and -release")
+	}
 	if (*acquire || *release) && *session == "" {
 		return fail(stdio, "Error! Missing -session (required with -acquire and -release)")
 	}
@@ -371,4 +376,15 @@ func keyArg(stdio Stdio, fs *flag.FlagSet) (string, error) {
 		return "", nil
 	}
 	return strings.TrimPrefix(rest[0], "/"), nil
+}
+
+// countTrue counts the true values among bs.
+func countTrue(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path"
@@ -14,6 +15,7 @@ import (
 	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/api/recipe"
 	"github.com/holdfast/holdfast/clock"
+	"golang.org/x/term"
 )
 
 // `holdfast lock` replays `consul lock`: the same flags and messages, lock
@@ -29,7 +31,13 @@ import (
 //     SIGTERM goes out a grace period before the safe deadline and SIGKILL
 //     at it, still before the session's TTL can have run out on the server.
 //   - The child runs in its own process group, and signals go to the
-//     group, so that a shell's children die with it.
+//     group, so that a shell's children die with it (unless -pass-stdin
+//     gives it a terminal to read: then it stays in the terminal's
+//     foreground group, ours, and is signalled alone).
+//   - A lost lock is reported on stderr even without -verbose, and the
+//     command exits 1: the child did not run to its end under the lock.
+//   - A hang-up (SIGHUP) stops the child and releases the lock, as
+//     SIGINT and SIGTERM do.
 //   - The child learns its hold's sequencer from the environment.
 
 const lockUsage = `
@@ -39,7 +47,9 @@ Usage: holdfast lock [options] PREFIX CHILD...
   If the lock is lost, or the server stays unreachable so long that the
   server could give the lock to someone else, the child is sent SIGTERM
   and, a grace period later (a fifth of the session TTL) but still before
-  that could happen, SIGKILL.
+  that could happen, SIGKILL; "Lock lost, killing child" goes to stderr
+  and the command exits 1. It exits 2 if the child fails and
+  -child-exit-code is given, 1 on other errors, 0 otherwise.
 
   With -n 1 (the default) the lock is the key PREFIX/.lock; with -n > 1 it
   is a semaphore of that many holders on PREFIX. Either interoperates with
@@ -203,11 +213,11 @@ func (c *lockCmd) run(ctx context.Context, stdio Stdio, args []string) error {
 		return fail(stdio, fmt.Sprintf("Lock acquisition failed: %s", err))
 	}
 
-	childCode := 0
+	childCode, lost := 0, false
 	if ctx.Err() != nil {
 		errorLine(stdio, "Shutdown triggered during lock acquisition")
 	} else {
-		childCode = c.supervise(ctx, stdio, h, child, *shell, *passStdin, grace, info)
+		childCode, lost = c.supervise(ctx, stdio, h, child, *shell, *passStdin, *verbose, grace, info)
 	}
 
 	// Release, in a context of its own: ctx may be over (a signal).
@@ -224,6 +234,12 @@ func (c *lockCmd) run(ctx context.Context, stdio Stdio, args []string) error {
 	} else {
 		info("Cleanup succeeded")
 	}
+	if lost {
+		// Not a success whatever the child would have said: it was
+		// stopped part-way, and a wrapper (holdfast lock ... || alert)
+		// must be able to tell.
+		return &ExitError{Code: 1, Msg: "lock lost", Silent: true}
+	}
 	if *childExitCode && childCode != 0 {
 		return &ExitError{Code: childCode, Msg: "child failed", Silent: true}
 	}
@@ -236,9 +252,10 @@ func errorLine(stdio Stdio, line string) {
 }
 
 // supervise runs the child while h is held. It returns 2 if the child
-// failed on its own, 0 otherwise.
-func (c *lockCmd) supervise(ctx context.Context, stdio Stdio, h held, child []string, shell, passStdin bool,
-	grace time.Duration, info func(string)) int {
+// failed on its own, 0 otherwise, and whether the lock was lost (the
+// child was killed for it).
+func (c *lockCmd) supervise(ctx context.Context, stdio Stdio, h held, child []string, shell, passStdin, verbose bool,
+	grace time.Duration, info func(string)) (code int, lost bool) {
 	seq := h.Sequencer()
 	var cmd *exec.Cmd
 	if shell {
@@ -262,12 +279,19 @@ func (c *lockCmd) supervise(ctx context.Context, stdio Stdio, h held, child []st
 		cmd.Stdin = stdio.In
 	}
 	cmd.Stdout, cmd.Stderr = stdio.Out, stdio.Err
-	ownProcessGroup(cmd)
+	// The child leads a process group of its own, so that everything it
+	// starts is stopped with it; but a child that reads our terminal
+	// must stay in our group, the terminal's foreground one: any other
+	// group is stopped (SIGTTIN) when it reads, and would wait for ever.
+	group := !(passStdin && isTerminal(stdio.In))
+	if group {
+		ownProcessGroup(cmd)
+	}
 
 	info("Starting handler")
 	if err := cmd.Start(); err != nil {
 		errorLine(stdio, fmt.Sprintf("Error starting handler: %s", err))
-		return 2
+		return 2, false
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -280,23 +304,38 @@ func (c *lockCmd) supervise(ctx context.Context, stdio Stdio, h held, child []st
 			code = 2
 		}
 		info("Child terminated, releasing lock")
-		return code
+		return code, false
 	case <-ctx.Done():
 		info("Shutdown triggered, killing child")
 	case <-h.Lost():
-		info("Lock lost, killing child")
+		// Said with or without -verbose (on stderr then), and the exit
+		// status says it too: the child did not run to its end under
+		// the lock.
+		if verbose {
+			info("Lock lost, killing child")
+		} else {
+			errorLine(stdio, "Lock lost, killing child")
+		}
+		c.kill(stdio, cmd.Process.Pid, group, exited, grace, info)
+		return 0, true
 	}
-	c.kill(stdio, cmd.Process.Pid, exited, grace, info)
-	return 0
+	c.kill(stdio, cmd.Process.Pid, group, exited, grace, info)
+	return 0, false
 }
 
-// kill sends SIGTERM to the child's process group and, if the child has
-// not exited after grace (on the command's clock), SIGKILL.
-func (c *lockCmd) kill(stdio Stdio, pid int, exited <-chan error, grace time.Duration, info func(string)) {
+// isTerminal reports whether r is a terminal.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// kill sends SIGTERM to the child (its process group, if group) and, if
+// the child has not exited after grace (on the command's clock), SIGKILL.
+func (c *lockCmd) kill(stdio Stdio, pid int, group bool, exited <-chan error, grace time.Duration, info func(string)) {
 	t := c.clk.NewTimer(grace)
 	defer t.Stop()
 	info(fmt.Sprintf("Terminating child pid %d", pid))
-	if err := terminateGroup(pid); err != nil {
+	if err := terminateChild(pid, group); err != nil {
 		errorLine(stdio, fmt.Sprintf("Failed to terminate %d: %v", pid, err))
 	}
 	select {
@@ -307,7 +346,7 @@ func (c *lockCmd) kill(stdio Stdio, pid int, exited <-chan error, grace time.Dur
 		info(fmt.Sprintf("Child did not exit after grace period of %v", grace))
 	}
 	info(fmt.Sprintf("Killing child pid %d", pid))
-	if err := killGroup(pid); err != nil {
+	if err := killChild(pid, group); err != nil {
 		errorLine(stdio, fmt.Sprintf("Failed to kill %d: %v", pid, err))
 	}
 	<-exited

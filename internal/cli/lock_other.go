@@ -12,9 +12,9 @@ import (
 
 func ownProcessGroup(cmd *exec.Cmd) {}
 
-func terminateGroup(pid int) error { return killPid(pid) }
+func terminateChild(pid int, group bool) error { return killPid(pid) }
 
-func killGroup(pid int) error { return killPid(pid) }
+func killChild(pid int, group bool) error { return killPid(pid) }
 
 func killPid(pid int) error {
 	p, err := os.FindProcess(pid)

@@ -13,8 +13,16 @@ func ownProcessGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 }
 
-// terminateGroup sends SIGTERM to the process group led by pid.
-func terminateGroup(pid int) error { return syscall.Kill(-pid, syscall.SIGTERM) }
+// terminateChild sends SIGTERM to the child pid: to its process group when
+// it leads one (group), else to it alone.
+func terminateChild(pid int, group bool) error { return signalChild(pid, group, syscall.SIGTERM) }
 
-// killGroup sends SIGKILL to the process group led by pid.
-func killGroup(pid int) error { return syscall.Kill(-pid, syscall.SIGKILL) }
+// killChild sends SIGKILL as terminateChild sends SIGTERM.
+func killChild(pid int, group bool) error { return signalChild(pid, group, syscall.SIGKILL) }
+
+func signalChild(pid int, group bool, sig syscall.Signal) error {
+	if group {
+		return syscall.Kill(-pid, sig)
+	}
+	return syscall.Kill(pid, sig)
+}
