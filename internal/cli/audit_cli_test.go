@@ -1,3 +1,5 @@
+//go:build linux
+
 package cli
 
 import (
@@ -12,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -45,14 +48,42 @@ func caRun(t *testing.T, env map[string]string, stdin string, args ...string) (s
 // handling) into a temporary directory.
 func caBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "holdfast")
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	cmd := exec.Command(goTool, "build", "-o", bin, "github.com/holdfast/holdfast/cmd/holdfast")
-	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	caBuild.once.Do(func() {
+		dir, err := os.MkdirTemp("", "holdfast-cli-audit-")
+		if err != nil {
+			caBuild.err = err
+			return
+		}
+		bin := filepath.Join(dir, "holdfast")
+		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+		cmd := exec.Command(goTool, "build", "-o", bin, "github.com/holdfast/holdfast/cmd/holdfast")
+		cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			caBuild.err = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		caBuild.bin = bin
+	})
+	if caBuild.err != nil {
+		t.Fatal(caBuild.err)
 	}
-	return bin
+	return caBuild.bin
+}
+
+// caBuild is the binary the tests that need main's signal handling share,
+// built once per test process and removed by TestMain.
+var caBuild struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if caBuild.bin != "" {
+		os.RemoveAll(filepath.Dir(caBuild.bin))
+	}
+	os.Exit(code)
 }
 
 // caGone reports whether pid no longer runs (absent, or a zombie).
