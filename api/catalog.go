@@ -216,3 +216,27 @@ func (a *Agent) NodeName(ctx context.Context) (string, error) {
 	}
 	return name, nil
 }
+
+// AgentMember is one member of the gossip pool an agent belongs to, as
+// /v1/agent/members reports it (Consul's shape). Status is serf's number:
+// 1 alive, 2 leaving, 3 left, 4 failed.
+type AgentMember struct {
+	Name        string
+	Addr        string
+	Port        uint16
+	Tags        map[string]string
+	Status      int
+	ProtocolMin uint8
+	ProtocolMax uint8
+	ProtocolCur uint8
+	DelegateMin uint8
+	DelegateMax uint8
+	DelegateCur uint8
+}
+
+// Members lists the members of the agent's gossip pool.
+func (a *Agent) Members(ctx context.Context) ([]AgentMember, error) {
+	var out []AgentMember
+	_, err := a.c.query(ctx, "/v1/agent/members", nil, nil, &out)
+	return out, err
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"sort"
@@ -21,21 +20,8 @@ import (
 // itself rather than by httpapi, which knows nothing of gossip) and the
 // members command that reads it.
 
-// agentMember is one entry of /v1/agent/members in Consul's shape. Status
-// is serf's number: 1 alive, 2 leaving, 3 left, 4 failed.
-type agentMember struct {
-	Name        string
-	Addr        string
-	Port        uint16
-	Tags        map[string]string
-	Status      int
-	ProtocolMin uint8
-	ProtocolMax uint8
-	ProtocolCur uint8
-	DelegateMin uint8
-	DelegateMax uint8
-	DelegateCur uint8
-}
+// agentMember is one entry of /v1/agent/members in Consul's shape.
+type agentMember = api.AgentMember
 
 // poolView is what the HTTP side of an agent reads from its gossip pool;
 // *gossip.Pool is one.
@@ -165,45 +151,14 @@ func formatTags(tags map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
-// fetchMembers reads /v1/agent/members from the agent the flags name. The
-// api client has no call for it (members are an agent's business, not the
-// cluster's), so this is a plain GET with the same address rules.
+// fetchMembers reads /v1/agent/members from the agent the flags name,
+// through the same client, address rules and token as every command.
 func fetchMembers(ctx context.Context, stdio Stdio, hf *httpFlags) ([]agentMember, error) {
-	cfg := api.ConfigFromEnv(stdio.getenv)
-	if hf.addr != "" {
-		cfg.Address = hf.addr
-	}
-	scheme, host := cfg.Scheme, strings.TrimRight(cfg.Address, "/")
-	if s, rest, ok := strings.Cut(host, "://"); ok {
-		scheme, host = s, rest
-	}
-	if scheme == "" {
-		scheme = "http"
-	}
-	if scheme != "http" && scheme != "https" {
-		return nil, fmt.Errorf("unsupported scheme %q (want http or https)", scheme)
+	cl, err := hf.client(stdio)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+host+"/v1/agent/members", nil)
-	if err != nil {
-		return nil, err
-	}
-	if hf.token != "" {
-		req.Header.Set("X-Consul-Token", hf.token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("Unexpected response code: %d (%s)", resp.StatusCode, strings.TrimSpace(string(b)))
-	}
-	var out []agentMember
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, fmt.Errorf("reading the agent's answer: %v", err)
-	}
-	return out, nil
+	return cl.Agent().Members(ctx)
 }

@@ -141,6 +141,11 @@ func TestMembersCommand(t *testing.T) {
 	if code != 0 || errs != "" {
 		t.Fatalf("members: %d %q", code, errs)
 	}
+	// The address follows every command's rules (members read it its own
+	// way once, and sent host:port/x as a path prefix).
+	if _, errs, code := runAt(t, strings.TrimPrefix(hs.URL, "http://")+"/x", "members"); code != 1 || !strings.Contains(errs, "host:port") {
+		t.Fatalf("members at host:port/x: %d %q", code, errs)
+	}
 	want := "Node  Address  Status  Type    DC\n" +
 		"cli1  " + cli.Addr() + "  alive   client  dc1\n" +
 		"srv1  " + srv.Addr() + "  alive   server  dc1\n"
