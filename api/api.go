@@ -131,7 +131,7 @@ func NewClient(cfg *Config) (*Client, error) {
 	if c.host == "" {
 		c.host = DefaultAddress
 	}
-	if strings.ContainsAny(c.host, "/?#") {
+	if !validHostPort(c.host) {
 		return nil, fmt.Errorf("api: address %q is not host:port", cfg.Address)
 	}
 	if cfg.WaitTime < 0 {
@@ -141,6 +141,18 @@ func NewClient(cfg *Config) (*Client, error) {
 		c.hc = &http.Client{Transport: NewTransport()}
 	}
 	return c, nil
+}
+
+// validHostPort reports whether h can stand as the host[:port] of a URL
+// as it is: no path, query or fragment, no user info, no escapes, no
+// spaces or control characters.
+func validHostPort(h string) bool {
+	for _, r := range h {
+		if r <= ' ' || r == 0x7f || strings.ContainsRune("/?#%@\\", r) {
+			return false
+		}
+	}
+	return true
 }
 
 // DefaultIdleConns is how many idle connections to its server a Client

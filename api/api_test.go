@@ -300,6 +300,10 @@ func TestNewClientAddress(t *testing.T) {
 		{Config{Address: "h:8501", Scheme: "https"}, "https", "h:8501", false},
 		{Config{Address: "ftp://h:21"}, "", "", true},
 		{Config{Address: "h:1/v1"}, "", "", true},
+		{Config{Address: "not a host"}, "", "", true},
+		{Config{Address: "user@h:1"}, "", "", true},
+		{Config{Address: "h%20:1"}, "", "", true},
+		{Config{Address: "[::1]:8500"}, "http", "[::1]:8500", false},
 		{Config{WaitTime: -time.Second}, "", "", true},
 	}
 	for _, tt := range tests {
