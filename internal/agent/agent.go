@@ -342,13 +342,14 @@ func (a *Agent) catalogCheck(def *state.CheckDefinition, kind checkKind, status,
 // the error comes back. A check with a ServiceID must belong to a service
 // registered on this agent. def is not retained.
 func (a *Agent) RegisterCheck(ctx context.Context, def *state.CheckDefinition) error {
-	return a.registerCheck(ctx, def, time.Time{})
+	return a.registerCheck(ctx, def, restoredCheck{})
 }
 
 // registerCheck is RegisterCheck for a TTL that started at start (a
 // restored check's), or at registration if start is zero.
-func (a *Agent) registerCheck(ctx context.Context, def *state.CheckDefinition, start time.Time) error {
+func (a *Agent) registerCheck(ctx context.Context, def *state.CheckDefinition, rs restoredCheck) error {
 	d := *def
+	keep := d.Status == ""
 	kind, err := a.validate(&d)
 	if err != nil {
 		return err
@@ -368,8 +369,11 @@ func (a *Agent) registerCheck(ctx context.Context, def *state.CheckDefinition, s
 	if d.ID == state.SerfCheckID {
 		return invalidf("Check ID %q is reserved for the agent's gossip health", d.ID)
 	}
-	p := a.prepare(&d, kind, start)
-	holds := a.holdRunners([]string{d.ID})
+	p := a.prepare(&d, kind, rs, keep)
+	holds, err := a.holdRunners(ctx, []string{d.ID})
+	if err != nil {
+		return err
+	}
 	err = a.cfg.Catalog.Register(ctx, &state.RegisterRequest{Node: a.cfg.Node, SkipNodeUpdate: true, Check: p.hc})
 	a.finish(holds, []*prepared{p}, err == nil)
 	if err == nil {
@@ -395,8 +399,11 @@ func (a *Agent) DeregisterCheck(ctx context.Context, id string) error {
 	if a.isClosed() {
 		return ErrClosed
 	}
-	holds := a.holdRunners([]string{id})
-	err := a.cfg.Catalog.Deregister(ctx, &state.DeregisterRequest{Node: a.cfg.Node, CheckID: id})
+	holds, err := a.holdRunners(ctx, []string{id})
+	if err != nil {
+		return err
+	}
+	err = a.cfg.Catalog.Deregister(ctx, &state.DeregisterRequest{Node: a.cfg.Node, CheckID: id})
 	a.finish(holds, nil, err == nil)
 	if err == nil {
 		a.forgetPending(id)
@@ -492,8 +499,9 @@ func (a *Agent) RegisterService(ctx context.Context, svc *state.Service, checks 
 }
 
 // registerService is RegisterService with, for each check, when its TTL
-// started (starts[i], if there and not zero) rather than at registration.
-func (a *Agent) registerService(ctx context.Context, svc *state.Service, checks []*state.CheckDefinition, replaceChecks bool, starts []time.Time) error {
+// started (restored[i].start, if there and not zero) rather than at
+// registration, and starts with restored[i].output.
+func (a *Agent) registerService(ctx context.Context, svc *state.Service, checks []*state.CheckDefinition, replaceChecks bool, restored []restoredCheck) error {
 	s := *svc
 	s.Node = a.cfg.Node
 	s.CreateIndex, s.ModifyIndex = 0, 0
@@ -506,9 +514,11 @@ func (a *Agent) registerService(ctx context.Context, svc *state.Service, checks 
 	s.Tags = append([]string(nil), s.Tags...)
 	defs := make([]*state.CheckDefinition, 0, len(checks))
 	kinds := make([]checkKind, 0, len(checks))
+	keeps := make([]bool, 0, len(checks))
 	seen := map[string]bool{}
 	for i, c := range checks {
 		d := *c
+		keeps = append(keeps, d.Status == "")
 		d.ServiceID = s.ID
 		if d.ID == "" {
 			d.ID = "service:" + s.ID
@@ -541,16 +551,19 @@ func (a *Agent) registerService(ctx context.Context, svc *state.Service, checks 
 	ids := make([]string, len(defs))
 	req := &state.RegisterRequest{Node: a.cfg.Node, SkipNodeUpdate: true, Service: &s}
 	for i, d := range defs {
-		var start time.Time
-		if i < len(starts) {
-			start = starts[i]
+		var rs restoredCheck
+		if i < len(restored) {
+			rs = restored[i]
 		}
-		ps[i] = a.prepare(d, kinds[i], start)
+		ps[i] = a.prepare(d, kinds[i], rs, keeps[i])
 		ids[i] = d.ID
 		req.Checks = append(req.Checks, ps[i].hc)
 	}
-	holds := a.holdRunners(ids)
-	err := a.cfg.Catalog.Register(ctx, req)
+	holds, err := a.holdRunners(ctx, ids)
+	if err != nil {
+		return err
+	}
+	err = a.cfg.Catalog.Register(ctx, req)
 	if err == nil {
 		a.mu.Lock()
 		a.services[s.ID] = &s
@@ -573,8 +586,11 @@ func (a *Agent) registerService(ctx context.Context, svc *state.Service, checks 
 	a.mu.Unlock()
 	sort.Strings(stale)
 	for _, id := range stale {
-		holds := a.holdRunners([]string{id})
-		err := a.cfg.Catalog.Deregister(ctx, &state.DeregisterRequest{Node: a.cfg.Node, CheckID: id})
+		holds, err := a.holdRunners(ctx, []string{id})
+		if err != nil {
+			return err
+		}
+		err = a.cfg.Catalog.Deregister(ctx, &state.DeregisterRequest{Node: a.cfg.Node, CheckID: id})
 		a.finish(holds, nil, err == nil)
 		if err != nil {
 			return err
@@ -611,8 +627,11 @@ func (a *Agent) DeregisterService(ctx context.Context, id string) error {
 	if !ok && !pending {
 		return notFoundf("Unknown service ID %q: no such service is registered on this agent", id)
 	}
-	holds := a.holdRunners(ids)
-	err := a.cfg.Catalog.Deregister(ctx, &state.DeregisterRequest{Node: a.cfg.Node, ServiceID: id})
+	holds, err := a.holdRunners(ctx, ids)
+	if err != nil {
+		return err
+	}
+	err = a.cfg.Catalog.Deregister(ctx, &state.DeregisterRequest{Node: a.cfg.Node, ServiceID: id})
 	if err == nil {
 		a.mu.Lock()
 		delete(a.services, id)
@@ -646,6 +665,14 @@ func (a *Agent) Services() []*state.Service {
 
 // prepared is a check about to be started: its definition and the catalog
 // entry that registers it.
+// restoredCheck is what a check restored from the state file brings
+// besides its definition: when its TTL started (zero: at registration) and
+// its last output. The zero value is a new registration's.
+type restoredCheck struct {
+	start  time.Time
+	output string
+}
+
 type prepared struct {
 	def  state.CheckDefinition
 	kind checkKind
@@ -656,28 +683,56 @@ type prepared struct {
 // prepare makes the catalog entry of a check about to start. A TTL check
 // restored from the state file passes when its TTL started (it gets only
 // the rest of it); a zero start means now.
-func (a *Agent) prepare(def *state.CheckDefinition, kind checkKind, start time.Time) *prepared {
-	at := start
+//
+// With keep (the definition gave no Status), a check that replaces a
+// running one of its ID starts with that one's status and output rather
+// than the default critical, as in Consul: re-registering a service at
+// every start of the application must not flap its checks, nor invalidate
+// the sessions bound to them.
+func (a *Agent) prepare(def *state.CheckDefinition, kind checkKind, rs restoredCheck, keep bool) *prepared {
+	at := rs.start
 	if at.IsZero() {
 		at = a.cfg.Clock.Now()
 	}
-	return &prepared{def: *def, kind: kind, hc: a.catalogCheck(def, kind, def.Status, ""), at: at}
+	status, output := def.Status, rs.output
+	if keep {
+		a.mu.Lock()
+		r := a.checks[def.ID]
+		a.mu.Unlock()
+		if r != nil {
+			st := r.status()
+			status, output = st.Status, st.Output
+		}
+	}
+	return &prepared{def: *def, kind: kind, hc: a.catalogCheck(def, kind, status, output), at: at}
 }
 
 // holdRunners holds still the runners of the given check IDs that exist,
 // so that none of them writes while the caller does. The caller holds
-// regMu and must pass the result to finish.
-func (a *Agent) holdRunners(ids []string) map[string]*runner {
+// regMu and must pass the result to finish. A runner in the middle of a
+// catalog write answers when the write ends (writeTimeout at most); if ctx
+// ends first, the runners held so far are let go and ctx's error returned.
+func (a *Agent) holdRunners(ctx context.Context, ids []string) (map[string]*runner, error) {
 	held := map[string]*runner{}
 	for _, id := range ids {
 		a.mu.Lock()
 		r := a.checks[id]
 		a.mu.Unlock()
-		if r != nil && r.hold() {
+		if r == nil {
+			continue
+		}
+		ok, err := r.hold(ctx)
+		if err != nil {
+			for _, h := range held {
+				h.release(false)
+			}
+			return nil, err
+		}
+		if ok {
 			held[id] = r
 		}
 	}
-	return held
+	return held, nil
 }
 
 // finish ends a registry change after its catalog write. If the write

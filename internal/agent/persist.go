@@ -39,6 +39,7 @@ type savedState struct {
 type savedCheck struct {
 	Definition state.CheckDefinition `json:"definition"`
 	Status     string                `json:"status"`
+	Output     string                `json:"output,omitempty"`
 	// Expires is when a TTL check's TTL runs out (zero once it has).
 	Expires time.Time `json:"expires,omitempty"`
 }
@@ -117,7 +118,7 @@ func (a *Agent) snapshot() *savedState {
 	}
 	for _, r := range a.checks {
 		cur, exp := r.saved()
-		st.Checks = append(st.Checks, &savedCheck{Definition: r.def, Status: cur.Status, Expires: exp})
+		st.Checks = append(st.Checks, &savedCheck{Definition: r.def, Status: cur.Status, Output: cur.Output, Expires: exp})
 	}
 	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].ID < st.Services[j].ID })
 	sort.Slice(st.Checks, func(i, j int) bool { return st.Checks[i].Definition.ID < st.Checks[j].Definition.ID })
@@ -228,11 +229,16 @@ func (a *Agent) Restore(ctx context.Context) error {
 		}
 		cs := byService[id]
 		defs := make([]*state.CheckDefinition, len(cs))
-		starts := make([]time.Time, len(cs))
+		rss := make([]restoredCheck, len(cs))
 		for i, c := range cs {
-			defs[i], starts[i] = restoredDefinition(c, now)
+			defs[i], rss[i] = restoredDefinition(c, now)
 		}
-		if err := a.registerService(ctx, s, defs, false, starts); err != nil {
+		if err := a.registerService(ctx, s, defs, false, rss); err != nil {
+			if refused(err) {
+				a.log.Error("dropping a saved service this agent now refuses; ForgetStale takes it and its checks out of the catalog",
+					"service", id, "error", err)
+				continue
+			}
 			note("service "+id, err)
 			left.Services = append(left.Services, s)
 			left.Checks = append(left.Checks, cs...)
@@ -250,8 +256,13 @@ func (a *Agent) Restore(ctx context.Context) error {
 		if a.hasCheck(id) {
 			continue
 		}
-		def, start := restoredDefinition(c, now)
-		if err := a.registerCheck(ctx, def, start); err != nil {
+		def, rs := restoredDefinition(c, now)
+		if err := a.registerCheck(ctx, def, rs); err != nil {
+			if refused(err) {
+				a.log.Error("dropping a saved check this agent now refuses; ForgetStale takes it out of the catalog",
+					"check", id, "error", err)
+				continue
+			}
 			note("check "+id, err)
 			left.Checks = append(left.Checks, c)
 		}
@@ -287,22 +298,42 @@ func (a *Agent) Restore(ctx context.Context) error {
 	return firstErr
 }
 
+// refused reports whether a registration failed because the agent (or
+// the catalog) refuses the definition itself, which no retry mends: such
+// a saved entry is dropped rather than kept pending, where ForgetStale
+// would leave its catalog check, passing, for ever.
+func refused(err error) bool { return errors.Is(err, state.ErrInvalidRequest) }
+
 // restoredDefinition is the definition to register a saved check with,
-// with its last status. For a TTL check with time left it also returns
-// when that TTL started, so that the check gets only the rest of it; the
-// zero time otherwise (the TTL starts at registration).
-func restoredDefinition(c *savedCheck, now time.Time) (*state.CheckDefinition, time.Time) {
+// with its last status, and its last output. For a TTL check with time
+// left it also gives when that TTL started, so that the check gets only
+// the rest of it; the zero time otherwise (the TTL starts at registration).
+func restoredDefinition(c *savedCheck, now time.Time) (*state.CheckDefinition, restoredCheck) {
 	d := c.Definition
 	d.Status = c.Status
+	output := c.Output
 	var start time.Time
 	if d.TTL > 0 {
 		if c.Expires.IsZero() || !now.Before(c.Expires) {
 			d.Status = state.HealthCritical
+			if !c.Expires.IsZero() {
+				// It ran out while the agent was down: say so, as the
+				// runner would have. (Zero: it had run out before the
+				// file was written, and its output says so already.)
+				output = ttlExpiredOutput(output)
+			}
 		} else {
-			start = c.Expires.Add(-d.TTL)
+			// Never more than one TTL from now, whatever the file says:
+			// a clock stepped back between runs would otherwise stretch
+			// the saved deadline (and keep the check passing) by as much.
+			expires := c.Expires
+			if limit := now.Add(d.TTL); expires.After(limit) {
+				expires = limit
+			}
+			start = expires.Add(-d.TTL)
 		}
 	}
-	return &d, start
+	return &d, restoredCheck{start: start, output: output}
 }
 
 func (a *Agent) hasService(id string) bool {

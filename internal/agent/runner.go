@@ -15,6 +15,14 @@ const (
 	maxRetry = 30 * time.Second
 )
 
+// writeTimeout bounds one catalog write of a runner: a server that takes
+// the connection and never answers must not keep the runner, and every
+// registry change waiting to hold it, for ever. A write that times out is
+// retried as a failed one is. It is real time, a bound on I/O like a
+// socket deadline, not part of the check's logic (which runs on the
+// agent's clock).
+const writeTimeout = 10 * time.Second
+
 // checkStatus is a check's status and output.
 type checkStatus struct{ Status, Output string }
 
@@ -188,14 +196,16 @@ func (r *runner) update(ctx context.Context, status, output string) error {
 
 // hold keeps the runner still until release; false if it has already
 // stopped. Once hold returns true the runner has no write in progress.
-func (r *runner) hold() bool {
+func (r *runner) hold(ctx context.Context) (bool, error) {
 	h := &holdReq{release: make(chan bool, 1)}
 	select {
 	case r.holds <- h:
 		r.held = h
-		return true
+		return true, nil
 	case <-r.done:
-		return false
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
 	}
 }
 
@@ -248,11 +258,7 @@ func (r *runner) expireIfDue() {
 	r.mu.Lock()
 	r.expires = time.Time{}
 	r.mu.Unlock()
-	out := "TTL expired"
-	if last := r.status().Output; last != "" {
-		out += " (last output before timeout follows): " + last
-	}
-	r.set(checkStatus{Status: state.HealthCritical, Output: truncate(out)})
+	r.set(checkStatus{Status: state.HealthCritical, Output: ttlExpiredOutput(r.status().Output)})
 	r.maybeSync()
 }
 
@@ -278,7 +284,9 @@ func (r *runner) maybeSync() {
 func (r *runner) sync() {
 	cur := r.status()
 	hc := r.a.catalogCheck(&r.def, r.kind, cur.Status, cur.Output)
-	err := r.a.cfg.Catalog.Register(r.ctx, &state.RegisterRequest{Node: r.a.cfg.Node, SkipNodeUpdate: true, Check: hc})
+	wctx, cancel := context.WithTimeout(r.ctx, writeTimeout)
+	err := r.a.cfg.Catalog.Register(wctx, &state.RegisterRequest{Node: r.a.cfg.Node, SkipNodeUpdate: true, Check: hc})
+	cancel()
 	if r.syncTimer != nil {
 		r.syncTimer.Stop()
 		r.syncTimer = nil
@@ -310,4 +318,19 @@ func (r *runner) startProbe() {
 		defer r.probes.Done()
 		r.results <- r.a.probe(r.ctx, &r.def, r.kind)
 	}()
+}
+
+// ttlExpiredOutput is the output of a TTL check whose TTL ran out after
+// last. The last output is cut to fit first, so that the reason at the
+// front survives (truncate keeps a text's end).
+func ttlExpiredOutput(last string) string {
+	out := "TTL expired"
+	if last == "" {
+		return out
+	}
+	const prefix = " (last output before timeout follows): "
+	if room := MaxOutput - len(out) - len(prefix); len(last) > room {
+		last = last[len(last)-room:]
+	}
+	return out + prefix + last
 }
