@@ -58,7 +58,8 @@ type membership interface {
 }
 
 // serfState is the server's side of gossip. pending holds, per member, the
-// latest event not yet reconciled; kick wakes the loop.
+// latest event not yet reconciled, and the latest loss (failed, left,
+// reaped) before it if a later event followed; kick wakes the loop.
 type serfState struct {
 	pool     *gossip.Pool // nil when the membership is a fake
 	members  membership
@@ -68,12 +69,37 @@ type serfState struct {
 
 	self    string // this server's node, which gossip does not reconcile
 	mu      sync.Mutex
-	pending map[string]gossip.Event
+	pending map[string]*memberEvents
 	kick    chan struct{}
 }
 
+// memberEvents is what is pending for one member: its latest event, and,
+// when that is not a loss, the latest loss before it. A member that fails
+// and comes back before the loop gets to it must still go critical first:
+// its sessions were held by a process that died.
+type memberEvents struct {
+	loss *gossip.Event
+	last gossip.Event
+}
+
+// isLoss reports whether an event ends a member's life as gossip knew it.
+func isLoss(t gossip.EventType) bool {
+	return t == gossip.EventFailed || t == gossip.EventLeave || t == gossip.EventReap
+}
+
+// add records ev after what is pending.
+func (me *memberEvents) add(ev gossip.Event) {
+	if isLoss(ev.Type) {
+		me.loss = nil // the new loss is the latest event itself
+	} else if isLoss(me.last.Type) {
+		l := me.last
+		me.loss = &l
+	}
+	me.last = ev
+}
+
 func newSerfState(self string) *serfState {
-	return &serfState{self: self, pending: make(map[string]gossip.Event), kick: make(chan struct{}, 1)}
+	return &serfState{self: self, pending: make(map[string]*memberEvents), kick: make(chan struct{}, 1)}
 }
 
 // startGossip joins this server to a gossip pool of its own (a pool of one
@@ -158,7 +184,11 @@ func (sf *serfState) memberEvent(ev gossip.Event) {
 		return
 	}
 	sf.mu.Lock()
-	sf.pending[ev.Member.Name] = ev
+	if me := sf.pending[ev.Member.Name]; me != nil {
+		me.add(ev)
+	} else {
+		sf.pending[ev.Member.Name] = &memberEvents{last: ev}
+	}
 	sf.mu.Unlock()
 	select {
 	case sf.kick <- struct{}{}:
@@ -175,28 +205,59 @@ func (sf *serfState) wake() {
 }
 
 // takePending empties the pending set and returns its events by member
-// name.
+// name, a member's pending loss before its latest event.
 func (sf *serfState) takePending() []gossip.Event {
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
-	out := make([]gossip.Event, 0, len(sf.pending))
-	for _, ev := range sf.pending {
-		out = append(out, ev)
+	names := make([]string, 0, len(sf.pending))
+	for name := range sf.pending {
+		names = append(names, name)
 	}
-	sf.pending = make(map[string]gossip.Event)
-	sort.Slice(out, func(i, j int) bool { return out[i].Member.Name < out[j].Member.Name })
+	sort.Strings(names)
+	out := make([]gossip.Event, 0, len(names))
+	for _, name := range names {
+		me := sf.pending[name]
+		if me.loss != nil {
+			out = append(out, *me.loss)
+		}
+		out = append(out, me.last)
+	}
+	sf.pending = make(map[string]*memberEvents)
 	return out
 }
 
-// putBack returns unreconciled events to the pending set, unless a newer
-// event about the same member arrived meanwhile.
+// putBack returns unreconciled events, in their order, to the pending set,
+// before whatever arrived about the same member meanwhile: a newer event
+// supersedes them, except that a loss is kept ahead of a newer event that
+// is not one.
 func (sf *serfState) putBack(evs []gossip.Event) {
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
+	old := make(map[string]*memberEvents)
+	var order []string
 	for _, ev := range evs {
-		if _, newer := sf.pending[ev.Member.Name]; !newer {
-			sf.pending[ev.Member.Name] = ev
+		me := old[ev.Member.Name]
+		if me == nil {
+			me = &memberEvents{last: ev}
+			old[ev.Member.Name] = me
+			order = append(order, ev.Member.Name)
+			continue
 		}
+		me.add(ev)
+	}
+	for _, name := range order {
+		me := old[name]
+		newer := sf.pending[name]
+		if newer == nil {
+			sf.pending[name] = me
+			continue
+		}
+		// What is pending now came after me: replay it on top.
+		if newer.loss != nil {
+			me.add(*newer.loss)
+		}
+		me.add(newer.last)
+		sf.pending[name] = me
 	}
 }
 

@@ -269,12 +269,26 @@ func TestSerfPendingCoalescesAndRetries(t *testing.T) {
 	if len(evs) != 2 || evs[0].Member.Name != "a" || evs[1].Type != gossip.EventFailed {
 		t.Fatalf("pending: %+v", evs)
 	}
-	// A failed batch goes back, but not over newer news.
+	// A failed batch goes back under newer news, but a loss is kept
+	// ahead of a newer event that is not one: b failed, then came back,
+	// and its sessions must still go with the process that failed.
 	sf.memberEvent(gossip.Event{Type: gossip.EventJoin, Member: member("b", "10.0.0.2", gossip.StatusAlive)})
 	sf.putBack(evs)
 	evs = sf.takePending()
-	if len(evs) != 2 || evs[1].Type != gossip.EventJoin {
+	if len(evs) != 3 || evs[0].Member.Name != "a" || evs[1].Type != gossip.EventFailed || evs[2].Type != gossip.EventJoin {
 		t.Fatalf("after put back: %+v", evs)
+	}
+	// The same without a put back: failed then joined before the loop
+	// looked gives both, in order; joined then failed gives the failure.
+	sf.memberEvent(gossip.Event{Type: gossip.EventFailed, Member: member("c", "10.0.0.4", gossip.StatusFailed)})
+	sf.memberEvent(gossip.Event{Type: gossip.EventJoin, Member: member("c", "10.0.0.4", gossip.StatusAlive)})
+	sf.memberEvent(gossip.Event{Type: gossip.EventUpdate, Member: member("c", "10.0.0.4", gossip.StatusAlive)})
+	sf.memberEvent(gossip.Event{Type: gossip.EventJoin, Member: member("d", "10.0.0.5", gossip.StatusAlive)})
+	sf.memberEvent(gossip.Event{Type: gossip.EventFailed, Member: member("d", "10.0.0.5", gossip.StatusFailed)})
+	evs = sf.takePending()
+	if len(evs) != 3 || evs[0].Type != gossip.EventFailed || evs[1].Type != gossip.EventUpdate || evs[1].Member.Name != "c" ||
+		evs[2].Type != gossip.EventFailed || evs[2].Member.Name != "d" {
+		t.Fatalf("pending: %+v", evs)
 	}
 }
 
