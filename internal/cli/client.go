@@ -347,14 +347,53 @@ func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.local.ServeHTTP(w, r)
 		return
 	}
-	srv := c.server()
+	srv, live := c.pickServer()
 	if srv == "" {
 		// Consul's words, and a 500 so that clients retry.
 		http.Error(w, "No known Consul servers", http.StatusInternalServerError)
 		return
 	}
 	target := &url.URL{Scheme: "http", Host: srv}
-	c.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target)))
+	// A server that takes the connection and never answers (stopped, or
+	// wedged) must not hold the caller for ever: the forward is bounded
+	// by what the request may legitimately take, and, to a server the pool
+	// holds failed (tried in case it restarted), by failedServerTimeout.
+	bound := forwardBound(r)
+	if !live && bound > failedServerTimeout {
+		bound = failedServerTimeout
+	}
+	caller := r.Context()
+	ctx, cancel := context.WithTimeout(context.WithValue(caller, targetKey{}, target), bound)
+	defer cancel()
+	c.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, callerKey{}, caller)))
+}
+
+type callerKey struct{}
+
+// Bounds of a forwarded request: a plain one gets forwardTimeout; a
+// blocking read its wait (5m by default, at most 10m), the server's jitter
+// (up to a sixteenth of it) and forwardTimeout on top.
+const (
+	forwardTimeout      = 30 * time.Second
+	failedServerTimeout = 5 * time.Second
+	defaultWait         = 5 * time.Minute
+	maxBlockingWait     = 10 * time.Minute
+)
+
+// forwardBound is how long a forward of r may take.
+func forwardBound(r *http.Request) time.Duration {
+	q := r.URL.Query()
+	if q.Get("index") == "" {
+		return forwardTimeout
+	}
+	wait := defaultWait
+	if d, err := time.ParseDuration(q.Get("wait")); err == nil && d > 0 {
+		wait = d
+	}
+	if wait > maxBlockingWait {
+		wait = maxBlockingWait
+	}
+	return wait + wait/16 + forwardTimeout
 }
 
 // localAgentPath reports whether path is one of the agent endpoints that
@@ -373,6 +412,13 @@ func localAgentPath(path string) bool {
 // answers HTTP before the pool has seen it again). "" if the pool knows no
 // server at all.
 func (c *clientAgent) server() string {
+	srv, _ := c.pickServer()
+	return srv
+}
+
+// pickServer is server, and also says whether the pool holds the server
+// alive (false: a failed one, tried for want of any other).
+func (c *clientAgent) pickServer() (string, bool) {
 	var alive, failed []string
 	for _, m := range c.pool.Members() {
 		if memberType(m.Tags) != "server" || m.Tags["http"] == "" {
@@ -385,18 +431,18 @@ func (c *clientAgent) server() string {
 			failed = append(failed, serverHTTPAddr(m))
 		}
 	}
-	cands := alive
+	cands, live := alive, true
 	if len(cands) == 0 {
-		cands = failed
+		cands, live = failed, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(cands) == 0 {
-		return ""
+		return "", false
 	}
 	for _, a := range cands {
 		if a == c.last && a != c.skip {
-			return a
+			return a, live
 		}
 	}
 	pick := cands[0]
@@ -407,7 +453,7 @@ func (c *clientAgent) server() string {
 		}
 	}
 	c.last, c.skip = pick, ""
-	return pick
+	return pick, live
 }
 
 // serverHTTPAddr is a server member's HTTP address; a wildcard host in its
@@ -425,10 +471,13 @@ func serverHTTPAddr(m gossip.Member) string {
 }
 
 func (c *clientAgent) forwardFailed(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil {
+	if caller, _ := r.Context().Value(callerKey{}).(context.Context); caller != nil && caller.Err() != nil {
 		return // the caller went away
 	}
 	target := r.Context().Value(targetKey{}).(*url.URL).Host
+	if errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+		err = errors.New("no answer in time")
+	}
 	c.mu.Lock()
 	c.skip = target
 	c.mu.Unlock()

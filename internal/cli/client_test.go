@@ -469,3 +469,22 @@ func TestClientAgentRestoresItsChecks(t *testing.T) {
 		t.Fatalf("session bound to the restored check: %d %s", code, body)
 	}
 }
+
+func TestForwardBound(t *testing.T) {
+	for _, c := range []struct {
+		url  string
+		want time.Duration
+	}{
+		{"/v1/kv/k", forwardTimeout},
+		{"/v1/kv/k?wait=1m", forwardTimeout}, // no index: not blocking
+		{"/v1/kv/k?index=5", 5*time.Minute + 5*time.Minute/16 + forwardTimeout},
+		{"/v1/kv/k?index=5&wait=16s", 17*time.Second + forwardTimeout},
+		{"/v1/kv/k?index=5&wait=1h", 10*time.Minute + 10*time.Minute/16 + forwardTimeout},
+		{"/v1/kv/k?index=5&wait=soon", 5*time.Minute + 5*time.Minute/16 + forwardTimeout},
+	} {
+		r := httptest.NewRequest("GET", c.url, nil)
+		if got := forwardBound(r); got != c.want {
+			t.Errorf("%s: %v, want %v", c.url, got, c.want)
+		}
+	}
+}
