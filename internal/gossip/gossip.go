@@ -186,7 +186,18 @@ type Config struct {
 	// member again, so that a pool split by a partition or a restart heals.
 	// Default 30s (lan), 1s (fast).
 	ReconnectInterval time.Duration
+	// Anchor, if set, marks the members the pool tries to reach at every
+	// reconnect round while they are failed, besides the one other failed
+	// member of the round: the servers, which an agent must find again at
+	// once after they restart (a restarted server knows no one, and drops
+	// the agents that do not reach it in time), however many other members
+	// are failed and not yet reaped. Default: the members tagged
+	// role=server (or role=consul, as Consul's servers are).
+	Anchor func(Member) bool
 }
+
+// isServer is the default Config.Anchor.
+func isServer(m Member) bool { return m.Tags["role"] == "server" || m.Tags["role"] == "consul" }
 
 // meta is what a member publishes through memberlist's node metadata.
 type meta struct {
@@ -209,6 +220,7 @@ type Pool struct {
 	notify    func(Event)
 	reapAfter time.Duration
 	reconnect time.Duration
+	anchor    func(Member) bool
 	profile   Profile
 	timing    Timing
 	ml        *memberlist.Memberlist
@@ -311,6 +323,9 @@ func New(cfg Config) (*Pool, error) {
 			cfg.ReapAfter = time.Minute
 		}
 	}
+	if cfg.Anchor == nil {
+		cfg.Anchor = isServer
+	}
 	if cfg.ReconnectInterval == 0 {
 		cfg.ReconnectInterval = 30 * time.Second
 		if cfg.Profile == ProfileFast {
@@ -324,6 +339,7 @@ func New(cfg Config) (*Pool, error) {
 		notify:    cfg.Notify,
 		reapAfter: cfg.ReapAfter,
 		reconnect: cfg.ReconnectInterval,
+		anchor:    cfg.Anchor,
 		profile:   cfg.Profile,
 		members:   make(map[string]*entry),
 		wake:      make(chan struct{}, 1),
@@ -742,36 +758,48 @@ func (p *Pool) reap() {
 	}
 }
 
-// reconnectOne tries to join one failed member, round robin. It runs in a
-// goroutine of its own (a dial may take the TCP timeout) and at most one
-// runs at a time; Shutdown does not wait for it.
+// reconnectOne tries to join one failed member, round robin, and every
+// failed anchor (Config.Anchor). It runs in a goroutine of its own (a dial
+// may take the TCP timeout) and at most one runs at a time; Shutdown does
+// not wait for it.
 func (p *Pool) reconnectOne() {
 	p.mu.Lock()
-	var failed []Member
+	var anchors, others []Member
 	for _, e := range p.members {
-		if e.m.Status == StatusFailed {
-			failed = append(failed, e.m)
+		if e.m.Status != StatusFailed {
+			continue
+		}
+		if p.anchor != nil && p.anchor(e.m) {
+			anchors = append(anchors, e.m)
+		} else {
+			others = append(others, e.m)
 		}
 	}
-	if len(failed) == 0 {
+	if len(anchors)+len(others) == 0 {
 		p.mu.Unlock()
 		return
 	}
-	sort.Slice(failed, func(i, j int) bool { return failed[i].Name < failed[j].Name })
-	m := failed[p.rr%len(failed)]
-	p.rr++
+	sort.Slice(anchors, func(i, j int) bool { return anchors[i].Name < anchors[j].Name })
+	sort.Slice(others, func(i, j int) bool { return others[i].Name < others[j].Name })
+	tries := anchors
+	if len(others) > 0 {
+		tries = append(tries, others[p.rr%len(others)])
+		p.rr++
+	}
 	p.mu.Unlock()
 	if !p.reconnecting.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
 		defer p.reconnecting.Store(false)
-		if p.shut.Load() {
-			return
-		}
-		p.log.Debug("trying to reach a failed member again", "member", m.Name, "addr", m.Address())
-		if _, err := p.ml.Join([]string{m.Address()}); err != nil {
-			p.log.Debug("failed member still unreachable", "member", m.Name, "reason", explain(err, p.timing.TCPTimeout))
+		for _, m := range tries {
+			if p.shut.Load() {
+				return
+			}
+			p.log.Debug("trying to reach a failed member again", "member", m.Name, "addr", m.Address())
+			if _, err := p.ml.Join([]string{m.Address()}); err != nil {
+				p.log.Debug("failed member still unreachable", "member", m.Name, "reason", explain(err, p.timing.TCPTimeout))
+			}
 		}
 	}()
 }
