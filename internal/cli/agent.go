@@ -181,7 +181,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	}
 	fmt.Fprintf(stdio.Out, "holdfast agent running\n  node:    %s\n  http:    http://%s\n  raft:    %s\n  gossip:  %s\n  storage: %s\n",
 		srv.NodeName(), ln.Addr(), *raftAddr, srv.Gossip().Addr(), storage)
-	startJoin(ctx, srv.Gossip(), gopts.joins, logger)
+	fatal := startJoin(ctx, srv.Gossip(), gopts.joins, logger)
 
 	var runErr error
 	select {
@@ -189,6 +189,8 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		fmt.Fprintln(stdio.Out, "holdfast agent shutting down")
 	case err := <-errc:
 		runErr = &ExitError{Code: 1, Msg: "agent: HTTP server stopped: " + err.Error()}
+	case err := <-fatal:
+		runErr = &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "gossip: ")}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

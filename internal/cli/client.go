@@ -108,20 +108,29 @@ func (o gossipOptions) config(logger hclog.Logger, tags map[string]string) *goss
 // backoff until it works, ctx ends or the pool stops. Every failure is
 // logged by the pool. It is not waited for: a dial in flight when the
 // agent stops ends on its own within the gossip TCP timeout.
-func startJoin(ctx context.Context, pool *gossip.Pool, joins []string, logger hclog.Logger) {
+//
+// The channel it returns delivers the error that must stop the agent: a
+// member of the pool already uses this agent's name.
+func startJoin(ctx context.Context, pool *gossip.Pool, joins []string, logger hclog.Logger) <-chan error {
+	fatal := make(chan error, 1)
 	if len(joins) == 0 {
-		return
+		return fatal
 	}
 	go func() {
 		n, err := pool.RetryJoin(ctx, joins, joinRetryFirst, joinRetryMax)
 		if err != nil {
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, gossip.ErrShutdown) {
+			var nc *gossip.NameConflictError
+			switch {
+			case errors.As(err, &nc):
+				fatal <- err
+			case !errors.Is(err, context.Canceled) && !errors.Is(err, gossip.ErrShutdown):
 				logger.Error("giving up joining the gossip pool", "error", err)
 			}
 			return
 		}
 		logger.Info("joined the gossip pool", "agents_contacted", n)
 	}()
+	return fatal
 }
 
 // clientOptions configure a client agent.
@@ -187,7 +196,7 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 
 	jctx, stopJoin := context.WithCancel(ctx)
 	defer stopJoin()
-	startJoin(jctx, pool, o.gossip.joins, o.logger)
+	fatal := startJoin(jctx, pool, o.gossip.joins, o.logger)
 	settled := make(chan struct{})
 	go func() {
 		defer close(settled)
@@ -206,6 +215,8 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 		fmt.Fprintln(stdio.Out, "holdfast agent shutting down")
 	case err := <-errc:
 		runErr = &ExitError{Code: 1, Msg: "agent: HTTP server stopped: " + err.Error()}
+	case err := <-fatal:
+		runErr = &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "gossip: ")}
 	}
 	stopJoin()
 	<-settled

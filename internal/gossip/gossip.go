@@ -221,6 +221,7 @@ type Pool struct {
 	reapAfter time.Duration
 	reconnect time.Duration
 	anchor    func(Member) bool
+	conflict  atomic.Pointer[string] // another agent's address, if it claims our name
 	profile   Profile
 	timing    Timing
 	ml        *memberlist.Memberlist
@@ -359,6 +360,7 @@ func New(cfg Config) (*Pool, error) {
 	d := &delegate{p: p}
 	mc.Delegate = d
 	mc.Events = d
+	mc.Conflict = d
 	mc.Logger = cfg.Logger.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 
 	p.wg.Add(1)
@@ -453,6 +455,18 @@ type AddrError struct {
 
 func (e AddrError) Error() string { return e.Addr + ": " + e.Reason }
 
+// NameConflictError is returned by Join when another member of the pool
+// already uses this agent's name: sessions bound to the name would follow
+// the other agent's health, so this one must not stay.
+type NameConflictError struct {
+	Name  string
+	Other string // the other agent's gossip address
+}
+
+func (e *NameConflictError) Error() string {
+	return fmt.Sprintf("gossip: the agent at %s already uses the node name %q in this pool; give this agent another name (-node)", e.Other, e.Name)
+}
+
 // JoinError is returned when no join address could be joined.
 type JoinError struct {
 	Failures []AddrError
@@ -498,6 +512,9 @@ func (p *Pool) Join(addrs []string) (int, error) {
 		}
 		joined++
 		p.log.Info("joined the gossip pool", "through", a)
+	}
+	if c := p.conflict.Load(); c != nil {
+		return 0, &NameConflictError{Name: p.name, Other: *c}
 	}
 	if joined == 0 {
 		return 0, &je
@@ -633,6 +650,20 @@ func (d *delegate) LocalState(bool) []byte          { return nil }
 func (d *delegate) MergeRemoteState([]byte, bool)   {}
 
 func (d *delegate) NotifyJoin(n *memberlist.Node)   { d.p.observe(n, EventJoin) }
+
+// NotifyConflict is memberlist's word that other claims the name of
+// existing at another address. When the name is this agent's, the pool
+// records it: Join then fails with a *NameConflictError.
+func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
+	if existing.Name == d.p.name {
+		addr := other.Address()
+		d.p.conflict.Store(&addr)
+		d.p.log.Error("another agent uses this agent's name", "name", existing.Name, "other", addr)
+		return
+	}
+	d.p.log.Warn("two agents claim one name; the first keeps it", "name", existing.Name,
+		"kept", existing.Address(), "refused", other.Address())
+}
 func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.p.observe(n, EventUpdate) }
 func (d *delegate) NotifyLeave(n *memberlist.Node)  { d.p.observe(n, EventLeave) }
 
