@@ -649,7 +649,7 @@ func (d *delegate) GetBroadcasts(int, int) [][]byte { return nil }
 func (d *delegate) LocalState(bool) []byte          { return nil }
 func (d *delegate) MergeRemoteState([]byte, bool)   {}
 
-func (d *delegate) NotifyJoin(n *memberlist.Node)   { d.p.observe(n, EventJoin) }
+func (d *delegate) NotifyJoin(n *memberlist.Node) { d.p.observe(n, EventJoin) }
 
 // NotifyConflict is memberlist's word that other claims the name of
 // existing at another address. When the name is this agent's, the pool
