@@ -113,15 +113,18 @@ func NewClient(cfg *Config) (*Client, error) {
 	}
 	c := &Client{
 		scheme:     cfg.Scheme,
-		host:       strings.TrimRight(cfg.Address, "/"),
+		host:       cfg.Address,
 		datacenter: cfg.Datacenter,
 		token:      cfg.Token,
 		waitTime:   cfg.WaitTime,
 		hc:         cfg.HTTPClient,
 	}
+	// The scheme comes off before the trailing slashes: "https://" is a
+	// scheme and no host (the default one), not a host named "https:".
 	if scheme, rest, ok := strings.Cut(c.host, "://"); ok {
 		c.scheme, c.host = scheme, rest
 	}
+	c.host = strings.TrimRight(c.host, "/")
 	if c.scheme == "" {
 		c.scheme = "http"
 	}
@@ -282,8 +285,12 @@ func (c *Client) newRequest(method, path string) *request {
 	return r
 }
 
-func (c *Client) setQueryOptions(r *request, q *QueryOptions) {
-	wait := c.waitTime
+func (c *Client) setQueryOptions(r *request, q *QueryOptions) error {
+	var wait time.Duration
+	if q != nil && q.WaitIndex != 0 {
+		// Config.WaitTime is the default of blocking reads only.
+		wait = c.waitTime
+	}
 	if q != nil {
 		if q.Datacenter != "" {
 			r.params.Set("dc", q.Datacenter)
@@ -297,6 +304,10 @@ func (c *Client) setQueryOptions(r *request, q *QueryOptions) {
 		if q.WaitIndex != 0 {
 			r.params.Set("index", strconv.FormatUint(q.WaitIndex, 10))
 		}
+		if q.WaitTime < 0 {
+			// Dropped, it would have the server wait its longest.
+			return fmt.Errorf("api: negative QueryOptions.WaitTime %v", q.WaitTime)
+		}
 		if q.WaitTime != 0 {
 			wait = q.WaitTime
 		}
@@ -307,6 +318,7 @@ func (c *Client) setQueryOptions(r *request, q *QueryOptions) {
 	if wait > 0 {
 		r.params.Set("wait", durationToMillis(wait))
 	}
+	return nil
 }
 
 func setWriteOptions(r *request, w *WriteOptions) {
@@ -380,7 +392,9 @@ func (c *Client) query(ctx context.Context, path string, params url.Values, q *Q
 	for k, v := range params {
 		r.params[k] = v
 	}
-	c.setQueryOptions(r, q)
+	if err := c.setQueryOptions(r, q); err != nil {
+		return nil, err
+	}
 	resp, rtt, err := c.do(ctx, r)
 	if resp == nil {
 		return nil, err

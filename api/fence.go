@@ -94,7 +94,8 @@ func (k *KV) ReleaseFenced(ctx context.Context, p *KVPair, lockIndex uint64, w *
 // CheckLockOp returns the transaction operation that fails unless seq is
 // current. Put it first in a transaction to fence the operations after it.
 func CheckLockOp(seq Sequencer) *TxnOp {
-	return &TxnOp{KV: &KVTxnOp{Verb: KVCheckLock, Key: seq.Key, Session: seq.Session, LockIndex: seq.LockIndex}}
+	// The key as Fence and KV.Get name it: a leading "/" is dropped.
+	return &TxnOp{KV: &KVTxnOp{Verb: KVCheckLock, Key: strings.TrimPrefix(seq.Key, "/"), Session: seq.Session, LockIndex: seq.LockIndex}}
 }
 
 // PutFenced writes p.Value and p.Flags to p.Key only if seq is current,
@@ -107,6 +108,9 @@ func (k *KV) PutFenced(ctx context.Context, p *KVPair, seq Sequencer, w *WriteOp
 	}
 	if err := seq.check(); err != nil {
 		return false, nil, err
+	}
+	if strings.HasPrefix(p.Key, "/") {
+		return false, nil, fmt.Errorf("Invalid key. Key must not begin with a '/': %s", p.Key) // as KV.Put
 	}
 	ok, _, wm, err := k.c.Txn().Txn(ctx, TxnOps{
 		CheckLockOp(seq),
@@ -123,7 +127,7 @@ func (k *KV) DeleteFenced(ctx context.Context, key string, seq Sequencer, w *Wri
 	}
 	ok, _, wm, err := k.c.Txn().Txn(ctx, TxnOps{
 		CheckLockOp(seq),
-		{KV: &KVTxnOp{Verb: KVDelete, Key: key}},
+		{KV: &KVTxnOp{Verb: KVDelete, Key: strings.TrimPrefix(key, "/")}}, // as KV.Delete
 	}, w)
 	return ok, wm, err
 }

@@ -85,6 +85,8 @@ func (s *Session) CreateNoChecks(ctx context.Context, se *SessionEntry, w *Write
 		body = createBody(se)
 	}
 	body["NodeChecks"] = []string{}
+	delete(body, "ServiceChecks") // bound to no check at all, as its doc says
+	delete(body, "Checks")
 	return s.create(ctx, body, w)
 }
 
