@@ -834,3 +834,57 @@ func (a *Agent) ForgetStale(ctx context.Context, inCatalog []*state.HealthCheck)
 	}
 	return nil
 }
+
+// Resync writes every service and check this agent runs to the catalog
+// again, with the checks' current status and output: after the node was
+// deregistered (through the catalog API) and registered again, they are
+// missing there although they run here. Consul's agent mends that by
+// anti-entropy; the server calls this when it puts its node back. The
+// runners are held while it writes, so that none of them writes an older
+// status over a newer one.
+func (a *Agent) Resync(ctx context.Context) error {
+	a.regMu.Lock()
+	defer a.regMu.Unlock()
+	if a.isClosed() {
+		return ErrClosed
+	}
+	a.mu.Lock()
+	ids := make([]string, 0, len(a.checks))
+	for id := range a.checks {
+		ids = append(ids, id)
+	}
+	svcs := make([]*state.Service, 0, len(a.services))
+	for _, s := range a.services {
+		svcs = append(svcs, s)
+	}
+	a.mu.Unlock()
+	sort.Strings(ids)
+	sort.Slice(svcs, func(i, j int) bool { return svcs[i].ID < svcs[j].ID })
+	holds, err := a.holdRunners(ctx, ids)
+	if err != nil {
+		return err
+	}
+	defer a.finish(holds, nil, false) // let them carry on
+	byService := map[string][]*state.HealthCheck{}
+	for _, id := range ids {
+		r := holds[id]
+		if r == nil {
+			continue
+		}
+		st := r.status()
+		byService[r.def.ServiceID] = append(byService[r.def.ServiceID], a.catalogCheck(&r.def, r.kind, st.Status, st.Output))
+	}
+	for _, s := range svcs {
+		svc := *s
+		req := &state.RegisterRequest{Node: a.cfg.Node, SkipNodeUpdate: true, Service: &svc, Checks: byService[s.ID]}
+		if err := a.cfg.Catalog.Register(ctx, req); err != nil {
+			return fmt.Errorf("agent: writing service %q again: %w", s.ID, err)
+		}
+	}
+	if cs := byService[""]; len(cs) > 0 {
+		if err := a.cfg.Catalog.Register(ctx, &state.RegisterRequest{Node: a.cfg.Node, SkipNodeUpdate: true, Checks: cs}); err != nil {
+			return fmt.Errorf("agent: writing checks again: %w", err)
+		}
+	}
+	return nil
+}

@@ -740,3 +740,60 @@ func TestConcurrentUse(t *testing.T) {
 	e.ag.Close()
 	close(e.cat.writes)
 }
+
+// After the node was deregistered through the catalog and registered
+// again (the server puts its own node back at once), Resync writes the
+// agent's services and checks again, with their current status and
+// output, and the sessions can bind to them once more.
+func TestResyncAfterNodeWasDeregistered(t *testing.T) {
+	e := newEnv(t)
+	if err := e.ag.RegisterService(ctx(), &state.Service{ID: "web", Service: "web", Port: 80},
+		[]*state.CheckDefinition{{ID: "web-alive", Name: "web", TTL: time.Minute, Status: state.HealthPassing}}, false); err != nil {
+		t.Fatal(err)
+	}
+	e.cat.expect(t, "register service web web-alive=passing")
+	if err := e.ag.RegisterCheck(ctx(), ttlCheck("disk", time.Minute, state.HealthPassing)); err != nil {
+		t.Fatal(err)
+	}
+	e.cat.expect(t, "register disk=passing")
+	if err := e.ag.UpdateCheck(ctx(), "disk", state.HealthWarning, "90% full"); err != nil {
+		t.Fatal(err)
+	}
+	e.cat.expect(t, "register disk=warning")
+
+	// Someone deregisters the node; the server puts it back bare.
+	e.cat.idx++
+	if err := e.cat.st.Deregister(e.cat.idx, e.clk.Now(), &state.DeregisterRequest{Node: node}); err != nil {
+		t.Fatal(err)
+	}
+	e.cat.idx++
+	if err := e.cat.st.Register(e.cat.idx, e.clk.Now(), &state.RegisterRequest{Node: node, Address: "127.0.0.1",
+		Check: &state.HealthCheck{CheckID: state.SerfCheckID, Status: state.HealthPassing}}); err != nil {
+		t.Fatal(err)
+	}
+	if e.cat.st.Check(node, "disk") != nil {
+		t.Fatal("the check survived the node's deregistration")
+	}
+
+	if err := e.ag.Resync(ctx()); err != nil {
+		t.Fatal(err)
+	}
+	e.cat.expect(t, "register service web web-alive=passing")
+	e.cat.expect(t, "register disk=warning")
+	if c := e.cat.st.Check(node, "disk"); c == nil || c.Status != state.HealthWarning || c.Output != "90% full" {
+		t.Fatalf("disk after Resync: %+v", c)
+	}
+	if _, _, svcs := e.cat.st.NodeInfo(nil, node); len(svcs) != 1 || svcs[0].ID != "web" {
+		t.Fatalf("services after Resync: %+v", svcs)
+	}
+	if err := e.cat.st.SessionCreate(e.cat.idx+1, &state.Session{ID: "s", Node: node, Behavior: state.BehaviorRelease,
+		NodeChecks: []string{state.SerfCheckID, "disk"}}); err != nil {
+		t.Fatalf("a session bound to the check again: %v", err)
+	}
+	// The runners carry on: the TTLs still run out on time.
+	e.clk.Advance(time.Minute)
+	got := map[string]bool{e.cat.next(t): true, e.cat.next(t): true}
+	if !got["register disk=critical"] || !got["register web-alive=critical"] {
+		t.Fatalf("writes at the TTL: %v", got)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -109,11 +110,25 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	}
 	defer ln.Close()
 
+	// The agent is made after the server it writes through; the server's
+	// hook finds it here once it exists.
+	var agentRef atomic.Pointer[agent.Agent]
 	srv, err := server.New(server.Config{
 		NodeName: *node, Datacenter: *dc, DataDir: dir, RaftAddr: *raftAddr,
 		HTTPAddr: ln.Addr().String(), Logger: logger,
 		SessionTTLMultiplier: *multiplier, SessionTTLMin: *ttlMin,
 		Gossip: gopts.config(logger, nil),
+		OnSelfRegistered: func() {
+			ag := agentRef.Load()
+			if ag == nil {
+				return
+			}
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			if err := ag.Resync(rctx); err != nil && !errors.Is(err, agent.ErrClosed) {
+				logger.Warn("writing the agent's checks and services again after the node was put back", "error", err)
+			}
+		},
 	})
 	if err != nil {
 		return &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "server: ")}
@@ -128,6 +143,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	}
 	ag := agent.New(agent.Config{Node: srv.NodeName(), Catalog: srv, Logger: slog.New(hclogHandler{logger.Named("agent")}), StateFile: stateFile})
 	defer ag.Close()
+	agentRef.Store(ag)
 	go restoreAgentChecks(ctx, srv, ag, logger)
 	handler := httpapi.New(srv, httpapi.Options{
 		Agent:  ag,

@@ -188,6 +188,9 @@ func (s *Server) registerSelf() error {
 	if err != nil {
 		return err
 	}
+	if res.Err == nil && node == nil && s.cfg.OnSelfRegistered != nil {
+		go s.cfg.OnSelfRegistered()
+	}
 	return res.Err
 }
 

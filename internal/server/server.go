@@ -74,6 +74,12 @@ type Config struct {
 	// (see serf.go). Nil: no gossip.
 	Gossip *gossip.Config
 
+	// OnSelfRegistered, if set, is called, on a goroutine of its own,
+	// each time the leader had to put this server's node back in the
+	// catalog (someone deregistered it): the agent of this node then
+	// writes its checks and services again, which went with the node.
+	OnSelfRegistered func()
+
 	// logFS, if set, is the file system the raft log is written through
 	// (tests inject faults with it); nil is the real one.
 	logFS types.VFS

@@ -414,3 +414,48 @@ func TestOwnNodeComesBack(t *testing.T) {
 	waitSessionGone(t, s, id)
 	waitSelf("serfHealth was set critical")
 }
+
+// When the leader puts its own node back after the catalog API removed
+// it, OnSelfRegistered tells the agent of this node (which then writes its
+// checks and services again); a node that was never gone, or a check
+// merely set critical, does not.
+func TestOnSelfRegisteredWhenTheNodeComesBack(t *testing.T) {
+	called := make(chan struct{}, 4)
+	cfg := testConfig("", clocktest.NewFake(epoch), nil)
+	cfg.OnSelfRegistered = func() { called <- struct{}{} }
+	s := startServer(t, cfg)
+	ctx := context.Background()
+	select {
+	case <-called:
+		// The first registration of a new server's node counts too: the
+		// agent, if it already runs, has nothing written yet.
+	case <-time.After(10 * time.Second):
+		t.Fatal("no call for the first registration")
+	}
+	if err := s.Register(ctx, &state.RegisterRequest{Node: "node1", Address: "127.0.0.1", SkipNodeUpdate: true,
+		Check: &state.HealthCheck{CheckID: state.SerfCheckID, Name: "Serf Health Status", Status: state.HealthCritical}}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for c := s.State().Check("node1", state.SerfCheckID); c == nil || c.Status != state.HealthPassing; c = s.State().Check("node1", state.SerfCheckID) {
+		ws := watch.NewSet()
+		s.State().NodeChecks(ws, "node1")
+		if err := ws.WatchCtx(wctx); err != nil {
+			t.Fatal("serfHealth not put back")
+		}
+	}
+	if err := s.Deregister(ctx, &state.DeregisterRequest{Node: "node1"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-called:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no call after the node was put back")
+	}
+	select {
+	case <-called:
+		t.Fatal("called for the critical check as well")
+	default:
+	}
+}
