@@ -6,8 +6,6 @@ package httpapi_test
 
 import (
 	"encoding/json"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +13,7 @@ import (
 	"github.com/holdfast/holdfast/internal/servertest"
 )
 
-type daResp struct {
-	Code   int
-	Header http.Header
-	Body   string
-}
+type daResp = auditResp
 
 type daSrv struct {
 	t *testing.T
@@ -33,21 +27,7 @@ func daNew(t *testing.T) *daSrv {
 
 func (d *daSrv) do(method, path, body string) *daResp {
 	d.t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, d.s.URL+path, rd)
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return &daResp{Code: res.StatusCode, Header: res.Header, Body: string(b)}
+	return auditDo(d.t, d.s.URL, method, path, body)
 }
 
 func (d *daSrv) want(method, path, body string, code int, wantBody string) *daResp {

@@ -34,29 +34,39 @@ func taNew(t *testing.T) *taSrv {
 	return &taSrv{t: t, srv: s.Server, clk: s.Clock, url: s.URL}
 }
 
-type taResp struct {
+// auditResp is an answer as the audit tests of this package read it.
+type auditResp struct {
 	Code   int
 	Header http.Header
 	Body   string
 }
 
-func (s *taSrv) do(method, path, body string) *taResp {
-	s.t.Helper()
+type taResp = auditResp
+
+// auditDo sends one request to base+path (no body when body is "") and
+// reads the whole answer.
+func auditDo(t testing.TB, base, method, path, body string) *auditResp {
+	t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, s.url+path, rd)
+	req, err := http.NewRequest(method, base+path, rd)
 	if err != nil {
-		s.t.Fatal(err)
+		t.Fatal(err)
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		s.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
-	return &taResp{Code: res.StatusCode, Header: res.Header, Body: string(b)}
+	return &auditResp{Code: res.StatusCode, Header: res.Header, Body: string(b)}
+}
+
+func (s *taSrv) do(method, path, body string) *taResp {
+	s.t.Helper()
+	return auditDo(s.t, s.url, method, path, body)
 }
 
 func (s *taSrv) session(body string) string {
