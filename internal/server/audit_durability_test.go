@@ -362,19 +362,7 @@ func TestAuditDurabilityLeadershipLostWriteIsApplied(t *testing.T) {
 		t.Fatal("no write was refused or left unknown; scenario not reached")
 	}
 	// The server leads again (the barrier retry runs on the fake clock).
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		wctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		err := s.WaitForLeader(wctx)
-		cancel()
-		if err == nil && putKey(s, "after") == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no write succeeded after the disk recovered")
-		}
-		clk.Advance(time.Second)
-	}
+	writesResume(t, s, clk)
 	for _, r := range noLeader {
 		if _, e := s.State().KVGet(nil, r.key); e != nil {
 			t.Errorf("the create of %s, answered %q (refused before the log), was applied", r.key, ErrNoLeader.Error())
@@ -494,14 +482,7 @@ func TestAuditDurabilityFailingDiskAnswersWrites(t *testing.T) {
 		clk.Advance(time.Second)
 	}
 	vfs.fault.Store(faultNone)
-	deadline := time.Now().Add(15 * time.Second)
-	for putKey(s, "after") != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("no write succeeded after the disk recovered")
-		}
-		clk.Advance(time.Second)
-		time.Sleep(10 * time.Millisecond) // real time for raft's election
-	}
+	writesResume(t, s, clk)
 	if _, e := s.State().KVGet(nil, "after"); e == nil {
 		t.Fatal("acknowledged write missing")
 	}

@@ -291,13 +291,21 @@ func TestGateFailedStoreWithWaiters(t *testing.T) {
 	}
 	// Writes resume once it leads again (the barrier retry runs on the
 	// fake clock).
+	writesResume(t, s, clk)
+}
+
+// writesResume waits until s leads again and takes a write of "after" (the
+// leader loop's barrier retry runs on the fake clock, raft's election in
+// real time), failing the test after 15 s.
+func writesResume(t *testing.T, s *Server, clk *clocktest.Fake) {
+	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		wctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		err := s.WaitForLeader(wctx)
 		cancel()
 		if err == nil && putKey(s, "after") == nil {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("no write succeeded after the disk recovered")
