@@ -226,3 +226,24 @@ func FuzzTxnDecode(f *testing.F) {
 		st.Txn(2, now, ops)
 	})
 }
+
+// FuzzCheckDuration: a catalog check's Definition duration is absent, a
+// number of nanoseconds or a Go duration string; whatever the bytes, it
+// never panics, and what it accepts is a non-negative duration that reads
+// back as itself.
+func FuzzCheckDuration(f *testing.F) {
+	for _, s := range []string{``, `null`, `""`, `"10s"`, `10000000000`, `1.5e9`, `-1`, `"-1s"`, `"soon"`,
+		`1e300`, `"1h2m3.5s"`, `true`, `[1]`, `"\u0031s"`, `0`, `-0`, `"0"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got, err := checkDuration(raw)
+		if err != nil || got == "" {
+			return
+		}
+		d, perr := time.ParseDuration(got)
+		if perr != nil || d < 0 || d.String() != got {
+			t.Fatalf("checkDuration(%q) = %q, which reads back as %v, %v", raw, got, d, perr)
+		}
+	})
+}
