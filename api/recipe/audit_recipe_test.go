@@ -44,29 +44,6 @@ func (n *raNet) RoundTrip(r *http.Request) (*http.Response, error) {
 	return n.base.RoundTrip(r)
 }
 
-// raSession is a session on srv's clock whose client goes through n. TTL
-// an hour and no lock-delay unless o says otherwise.
-func raSession(t testing.TB, srv *server, n *raNet, o SessionOptions) *Session {
-	t.Helper()
-	c, err := api.NewClient(&api.Config{Address: srv.Addr, HTTPClient: &http.Client{Transport: n}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.TTL == 0 {
-		o.TTL = time.Hour
-	}
-	if o.LockDelay == 0 {
-		o.LockDelay = -1
-	}
-	o.Clock = srv.Clock
-	s, err := NewSession(testCtx(t), c, &o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
-	return s
-}
-
 // raLines is a test hook that never blocks the Lock it traces.
 type raLines chan string
 
@@ -106,7 +83,7 @@ func TestAuditRecipeUnlockFailureCannotBeRetried(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newServer(t)
 	n := raNewNet()
-	a := raSession(t, srv, n, SessionOptions{})
+	a := faultSession(t, srv, n, SessionOptions{})
 	la := mustLock(t, a, "k", nil)
 	h, err := la.Lock(ctx)
 	if err != nil {
@@ -166,7 +143,7 @@ func TestAuditRecipeReleaseFailureCannotBeRetried(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newServer(t)
 	n := raNewNet()
-	a := raSession(t, srv, n, SessionOptions{Behavior: api.SessionBehaviorDelete})
+	a := faultSession(t, srv, n, SessionOptions{Behavior: api.SessionBehaviorDelete})
 	sa := mustSemaphore(t, a, "p", 1)
 	p, err := sa.Acquire(ctx)
 	if err != nil {
@@ -327,7 +304,7 @@ func TestAuditRecipeRelockAfterFailedUnlockReusesSequencer(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newServer(t)
 	n := raNewNet()
-	a := raSession(t, srv, n, SessionOptions{})
+	a := faultSession(t, srv, n, SessionOptions{})
 	la := mustLock(t, a, "k", nil)
 	h1, err := la.Lock(ctx)
 	if err != nil {

@@ -165,10 +165,11 @@ func (a *faultTransport) waitParkedOrClosed(t testing.TB, ch <-chan struct{}) {
 	}
 }
 
-// faultSession is a session on srv's clock whose client goes through a.
-func faultSession(t testing.TB, srv *server, a *faultTransport, o SessionOptions) *Session {
+// faultSession is a session on srv's clock whose client goes through rt
+// (a *faultTransport, or another transport a test controls).
+func faultSession(t testing.TB, srv *server, rt http.RoundTripper, o SessionOptions) *Session {
 	t.Helper()
-	c, err := api.NewClient(&api.Config{Address: srv.Addr, HTTPClient: &http.Client{Transport: a}})
+	c, err := api.NewClient(&api.Config{Address: srv.Addr, HTTPClient: &http.Client{Transport: rt}})
 	if err != nil {
 		t.Fatal(err)
 	}

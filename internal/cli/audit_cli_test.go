@@ -227,21 +227,8 @@ func TestAuditCLILockLostIsNotSuccess(t *testing.T) {
 // SIGQUIT) as a shutdown, or forward such signals to the child's group in
 // lockCmd.supervise.
 func TestAuditCLILockHangupOrphansChild(t *testing.T) {
-	bin := caBinary(t)
 	srv := servertest.New(t, servertest.Options{})
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	cmd := exec.Command(bin, "lock", "-http-addr", srv.Addr, "job/hup",
-		"echo $$ > "+pidFile+"; echo started; exec sleep 1000")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a shell job
-	lines := caOutput(t, cmd)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout.(*os.File).Close()
-	t.Cleanup(func() { cmd.Process.Kill() })
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	child := caReadPid(t, lines, pidFile)
+	cmd, lines, done, child := caStartLock(t, srv.Addr, "job/hup", true)
 
 	// The terminal hangs up: SIGHUP to the job's process group.
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGHUP); err != nil {
@@ -262,20 +249,8 @@ func TestAuditCLILockHangupOrphansChild(t *testing.T) {
 // For contrast, SIGTERM to the real binary does what it should: the child
 // is terminated, the lock released and the session destroyed.
 func TestAuditCLILockSIGTERMEndsChildAndReleases(t *testing.T) {
-	bin := caBinary(t)
 	srv := servertest.New(t, servertest.Options{})
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	cmd := exec.Command(bin, "lock", "-http-addr", srv.Addr, "job/term",
-		"echo $$ > "+pidFile+"; echo started; exec sleep 1000")
-	lines := caOutput(t, cmd)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout.(*os.File).Close()
-	t.Cleanup(func() { cmd.Process.Kill() })
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	child := caReadPid(t, lines, pidFile)
+	cmd, _, done, child := caStartLock(t, srv.Addr, "job/term", false)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -291,6 +266,31 @@ func TestAuditCLILockSIGTERMEndsChildAndReleases(t *testing.T) {
 	if ss, _, err := cl.Session().List(ctx, nil); err != nil || len(ss) != 0 {
 		t.Fatalf("sessions after SIGTERM: %d %v", len(ss), err)
 	}
+}
+
+// caStartLock runs the real binary's `holdfast lock` on prefix at addr with
+// a child that writes its pid and sleeps, in a process group of its own
+// when job (as a shell runs a job), and waits for the child to start. It
+// returns the command, its output, a channel that gets its Wait, and the
+// child's pid.
+func caStartLock(t *testing.T, addr, prefix string, job bool) (*exec.Cmd, *lockLines, <-chan error, int) {
+	t.Helper()
+	bin := caBinary(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	cmd := exec.Command(bin, "lock", "-http-addr", addr, prefix,
+		"echo $$ > "+pidFile+"; echo started; exec sleep 1000")
+	if job {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
+	lines := caOutput(t, cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout.(*os.File).Close()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	return cmd, lines, done, caReadPid(t, lines, pidFile)
 }
 
 // caPty opens a pseudo-terminal pair.

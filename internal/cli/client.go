@@ -382,13 +382,12 @@ func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type callerKey struct{}
 
 // Bounds of a forwarded request: a plain one gets forwardTimeout; a
-// blocking read its wait (5m by default, at most 10m), the server's jitter
-// (up to a sixteenth of it) and forwardTimeout on top.
+// blocking read its wait (the server's default and maximum, those of
+// httpapi), the server's jitter (up to a sixteenth of it) and
+// forwardTimeout on top.
 const (
 	forwardTimeout      = 30 * time.Second
 	failedServerTimeout = 5 * time.Second
-	defaultWait         = 5 * time.Minute
-	maxBlockingWait     = 10 * time.Minute
 )
 
 // forwardBound is how long a forward of r may take.
@@ -397,12 +396,12 @@ func forwardBound(r *http.Request) time.Duration {
 	if q.Get("index") == "" {
 		return forwardTimeout
 	}
-	wait := defaultWait
+	wait := httpapi.DefaultWait
 	if d, err := time.ParseDuration(q.Get("wait")); err == nil && d > 0 {
 		wait = d
 	}
-	if wait > maxBlockingWait {
-		wait = maxBlockingWait
+	if wait > httpapi.DefaultMaxWait {
+		wait = httpapi.DefaultMaxWait
 	}
 	return wait + wait/16 + forwardTimeout
 }

@@ -87,13 +87,7 @@ func duExpectRefusal(t *testing.T, cfg Config, prefix string, n int) {
 // does not say what is wrong. See ...AfterRotation for the case where the
 // first segment is gone.
 func TestAuditDurabilityMissingWalMeta(t *testing.T) {
-	dir := t.TempDir()
-	clk := clocktest.NewFake(epoch)
-	s := newTestServer(t, dir, clk)
-	duWriteKeys(t, s, "k", 20)
-	if err := s.Shutdown(); err != nil {
-		t.Fatal(err)
-	}
+	dir, clk := duStoppedWithKeys(t)
 	raftDir := filepath.Join(dir, raftDirName)
 	segsBefore, _ := filepath.Glob(filepath.Join(raftDir, "*.wal"))
 	if err := os.Remove(filepath.Join(raftDir, metadb.FileName)); err != nil {
@@ -112,13 +106,7 @@ func TestAuditDurabilityMissingWalMeta(t *testing.T) {
 // dereference (raft-wal's BoltMetaDB.Load reads a bucket bbolt never
 // created) instead of refusing with a message naming the file.
 func TestAuditDurabilityEmptyWalMeta(t *testing.T) {
-	dir := t.TempDir()
-	clk := clocktest.NewFake(epoch)
-	s := newTestServer(t, dir, clk)
-	duWriteKeys(t, s, "k", 20)
-	if err := s.Shutdown(); err != nil {
-		t.Fatal(err)
-	}
+	dir, clk := duStoppedWithKeys(t)
 	if err := os.Truncate(filepath.Join(dir, raftDirName, metadb.FileName), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -652,4 +640,18 @@ func TestAuditDurabilityNewestSnapshotDamaged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// duStoppedWithKeys makes a data directory in which a server wrote keys
+// k0 .. k19 and shut down cleanly, and returns it with the server's clock.
+func duStoppedWithKeys(t *testing.T) (string, *clocktest.Fake) {
+	t.Helper()
+	dir := t.TempDir()
+	clk := clocktest.NewFake(epoch)
+	s := newTestServer(t, dir, clk)
+	duWriteKeys(t, s, "k", 20)
+	if err := s.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, clk
 }

@@ -69,20 +69,7 @@ func gaGossipServer(t *testing.T, dir string, clk *clocktest.Fake, port int) *Se
 	t.Helper()
 	cfg := testConfig(dir, clk, nil)
 	cfg.Gossip = &gossip.Config{BindAddr: "127.0.0.1", BindPort: port, Profile: gossip.ProfileFast}
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.WaitForLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.WaitForSelfRegistration(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return startServer(t, cfg)
 }
 
 // gaAgent starts a client agent's pool (fast profile) named name; clk may
