@@ -5,7 +5,7 @@
 # every result line and then the median rate and server CPU per operation
 # of each side.
 #
-#   bench/ab-agent.sh [-w put,get-consistent] [-r 6] [-d 8s] [-i] [-a REV] [-l 'LOADGEN FLAGS'] -- 'AGENT FLAGS A' 'AGENT FLAGS B'
+#   bench/ab-agent.sh [-w put,get-consistent] [-r 6] [-d 8s] [-i] [-p] [-a REV] [-l 'LOADGEN FLAGS'] -- 'AGENT FLAGS A' 'AGENT FLAGS B'
 #
 # -l adds flags to every loadgen run of both sides (e.g. '-lock-client
 # recipe', which compare.sh uses for holdfast's lock-contend).
@@ -19,6 +19,9 @@
 # one fresh-agent pair takes, and the slow swings of a shared machine fall
 # on both sides alike. The idle agent's own timers cost next to nothing.
 #
+# With -p, every agent runs on CPU 0 and every load generator on CPU 1
+# (taskset): the agent has one CPU to itself, as on a one-CPU host.
+#
 # With -a REV, side A runs the agent built from git revision REV and side B
 # the one built from the working tree: a before/after comparison of a code
 # change (the flags may then be the same, or both empty).
@@ -31,10 +34,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
 
-WORKLOADS=put RUNS=6 DURATION=8s REV='' LGFLAGS='' INTERLEAVE=0
-while getopts "w:r:d:a:l:i" o; do
+WORKLOADS=put RUNS=6 DURATION=8s REV='' LGFLAGS='' INTERLEAVE=0 ON_SRV=() ON_GEN=()
+while getopts "w:r:d:a:l:ip" o; do
 	case $o in
 	i) INTERLEAVE=1 ;;
+	p) ON_SRV=(taskset -c 0) ON_GEN=(taskset -c 1) ;;
 	l) LGFLAGS=$OPTARG ;;
 	w) WORKLOADS=$OPTARG ;;
 	r) RUNS=$OPTARG ;;
@@ -46,7 +50,7 @@ done
 shift $((OPTIND - 1))
 [[ ${1:-} == -- ]] && shift
 if (($# != 2)); then
-	echo "usage: $0 [-w WORKLOADS] [-r RUNS] [-d DURATION] [-i] [-a REV] [-l FLAGS] -- 'FLAGS A' 'FLAGS B'" >&2
+	echo "usage: $0 [-w WORKLOADS] [-r RUNS] [-d DURATION] [-i] [-p] [-a REV] [-l FLAGS] -- 'FLAGS A' 'FLAGS B'" >&2
 	exit 2
 fi
 SIDES=("$1" "$2")
@@ -88,12 +92,12 @@ start_agent() {
 		fi
 	done
 	rm -rf "$TMP/data$s"
-	env "${env[@]}" "${BINS[$s]}" agent -data-dir "$TMP/data$s" -node "ab$s" -http-addr "127.0.0.1:$((18500 + s))" \
+	"${ON_SRV[@]}" env "${env[@]}" "${BINS[$s]}" agent -data-dir "$TMP/data$s" -node "ab$s" -http-addr "127.0.0.1:$((18500 + s))" \
 		-server-addr "127.0.0.1:$((18300 + s))" -serf-addr 127.0.0.1:0 -log-level warn "${flags[@]}" \
 		>"$TMP/agent$s.log" 2>&1 &
 	PIDS[s]=$!
 	PID="${PIDS[*]}"
-	"$TMP/loadgen" -addr "127.0.0.1:$((18500 + s))" -workload ping -duration 30s -quiet >/dev/null
+	"${ON_GEN[@]}" "$TMP/loadgen" -addr "127.0.0.1:$((18500 + s))" -workload ping -duration 30s -quiet >/dev/null
 }
 
 stop_agent() {
@@ -107,13 +111,13 @@ stop_agent() {
 measure() {
 	local s=$1 w=$2 r=$3 line
 	# shellcheck disable=SC2086 # the loadgen flags are split on purpose
-	line=$("$TMP/loadgen" -addr "127.0.0.1:$((18500 + s))" -workload "$w" $LGFLAGS -duration "$DURATION" -pid "${PIDS[$s]}" -name "side$s")
+	line=$("${ON_GEN[@]}" "$TMP/loadgen" -addr "127.0.0.1:$((18500 + s))" -workload "$w" $LGFLAGS -duration "$DURATION" -pid "${PIDS[$s]}" -name "side$s")
 	echo "$line side=$s run=$r"
 }
 
 warm() {
 	# shellcheck disable=SC2086
-	"$TMP/loadgen" -addr "127.0.0.1:$((18500 + $1))" -workload "$2" $LGFLAGS -duration 2s -quiet >/dev/null
+	"${ON_GEN[@]}" "$TMP/loadgen" -addr "127.0.0.1:$((18500 + $1))" -workload "$2" $LGFLAGS -duration 2s -quiet >/dev/null
 }
 
 IFS=, read -r -a wl <<<"$WORKLOADS"

@@ -25,6 +25,7 @@ HF_SESSIONS=100000
 ETCD_SESSIONS=10000
 ZK_SESSIONS=0
 INSTALL=1
+PIN=0
 OUT=""
 HOLDFAST_ARGS=${HOLDFAST_ARGS:-}
 REPORT=""
@@ -44,13 +45,16 @@ usage: bench/compare.sh [options]
   -z N      ZooKeeper sessions (connections) for sessions-keepalive, 0 = skip (default: $ZK_SESSIONS)
   -o FILE   also append every raw result line to FILE
   -n        do not install missing packages
+  -p        pin: every server to CPU 0 and every load generator to CPU 1
+            (taskset), so that the two never compete for a core; without -p
+            both float over all CPUs
   -R FILES  only print the table for result lines saved earlier with -o;
             several comma-separated files are pooled (their runs add up)
 Environment: HOLDFAST_ARGS adds flags to 'holdfast agent'.
 EOF
 }
 
-while getopts "w:t:d:k:r:c:s:e:z:o:R:nh" opt; do
+while getopts "w:t:d:k:r:c:s:e:z:o:R:nph" opt; do
 	case $opt in
 	w) WORKLOADS=$OPTARG ;;
 	t) TARGETS=$OPTARG ;;
@@ -63,11 +67,20 @@ while getopts "w:t:d:k:r:c:s:e:z:o:R:nh" opt; do
 	z) ZK_SESSIONS=$OPTARG ;;
 	o) OUT=$OPTARG ;;
 	n) INSTALL=0 ;;
+	p) PIN=1 ;;
 	R) REPORT=$OPTARG ;;
 	h) usage; exit 0 ;;
 	*) usage >&2; exit 2 ;;
 	esac
 done
+
+# With -p, what runs servers and what runs load generators.
+ON_SRV=() ON_GEN=()
+if ((PIN)); then
+	command -v taskset >/dev/null || { echo "compare.sh: -p needs taskset (util-linux)" >&2; exit 2; }
+	(($(nproc) >= 2)) || { echo "compare.sh: -p needs two CPUs" >&2; exit 2; }
+	ON_SRV=(taskset -c 0) ON_GEN=(taskset -c 1)
+fi
 
 # Check -w and -c before anything is installed, built or started.
 IFS=, read -r -a wlist <<<"$WORKLOADS"
@@ -208,7 +221,7 @@ start_etcd() {
 	local dir=$TMP/etcd-$GEN cp pp
 	free_port && cp=$PORT && free_port && pp=$PORT || return 1
 	mkdir -p "$dir"
-	etcd --name bench --data-dir "$dir/data" \
+	"${ON_SRV[@]}" etcd --name bench --data-dir "$dir/data" \
 		--listen-client-urls "http://127.0.0.1:$cp" --advertise-client-urls "http://127.0.0.1:$cp" \
 		--listen-peer-urls "http://127.0.0.1:$pp" --initial-advertise-peer-urls "http://127.0.0.1:$pp" \
 		--initial-cluster "bench=http://127.0.0.1:$pp" --initial-cluster-state new \
@@ -216,7 +229,7 @@ start_etcd() {
 		>"$dir/log" 2>&1 &
 	PID[etcd]=$!
 	ADDR_etcd=127.0.0.1:$cp
-	"$TMP/peers" -target etcd -addr "$ADDR_etcd" -workload ping -duration 60s -quiet >/dev/null
+	"${ON_GEN[@]}" "$TMP/peers" -target etcd -addr "$ADDR_etcd" -workload ping -duration 60s -quiet >/dev/null
 }
 
 start_zk() {
@@ -235,12 +248,12 @@ admin.enableServer=false
 autopurge.purgeInterval=1
 EOF
 	# -Xmx as zkEnv.sh's default; forceSync (fsync per commit) is on by default.
-	java -Xmx1000m -Dzookeeper.log.dir="$dir" -Djava.io.tmpdir="$dir" \
+	"${ON_SRV[@]}" java -Xmx1000m -Dzookeeper.log.dir="$dir" -Djava.io.tmpdir="$dir" \
 		-cp "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar" \
 		org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" >"$dir/log" 2>&1 &
 	PID[zk]=$!
 	ADDR_zk=127.0.0.1:$p
-	"$TMP/peers" -target zk -addr "$ADDR_zk" -workload ping -duration 60s -quiet >/dev/null
+	"${ON_GEN[@]}" "$TMP/peers" -target zk -addr "$ADDR_zk" -workload ping -duration 60s -quiet >/dev/null
 }
 
 start_holdfast() {
@@ -260,7 +273,7 @@ start_holdfast() {
 		more+=(-serf-addr "127.0.0.1:$PORT")
 	fi
 	# shellcheck disable=SC2086
-	"$TMP/holdfast" agent -data-dir "$dir/data" -http-addr "127.0.0.1:$p" "${more[@]}" $HOLDFAST_ARGS >"$dir/log" 2>&1 &
+	"${ON_SRV[@]}" "$TMP/holdfast" agent -data-dir "$dir/data" -http-addr "127.0.0.1:$p" "${more[@]}" $HOLDFAST_ARGS >"$dir/log" 2>&1 &
 	PID[holdfast]=$!
 	ADDR_holdfast=127.0.0.1:$p
 	sleep 0.3
@@ -270,7 +283,7 @@ start_holdfast() {
 		log "holdfast agent exited at once: $(head -c 300 "$dir/log")"
 		return 1
 	fi
-	"$TMP/loadgen" -addr "$ADDR_holdfast" -workload ping -duration 60s -quiet >/dev/null
+	"${ON_GEN[@]}" "$TMP/loadgen" -addr "$ADDR_holdfast" -workload ping -duration 60s -quiet >/dev/null
 }
 
 # start T: (re)start target T fresh; on failure drop it from TARGETS.
@@ -306,8 +319,8 @@ run_one() {
 		# The server is restarted before the next use: skip destroying 100k sessions.
 		extra+=(-no-cleanup)
 	fi
-	local cmd=("$TMP/peers" -target "$t")
-	[[ $t == holdfast ]] && cmd=("$TMP/loadgen")
+	local cmd=("${ON_GEN[@]}" "$TMP/peers" -target "$t")
+	[[ $t == holdfast ]] && cmd=("${ON_GEN[@]}" "$TMP/loadgen")
 	# Each target contends for a lock with its own standard recipe: ZooKeeper's
 	# and etcd's queue their waiters, and so does holdfast's api/recipe.Lock
 	# (HF_LOCK_CLIENT=consul measures the racing style of Consul's Go client).
@@ -335,7 +348,9 @@ run_one() {
 # count; lengths from duration_s), not by this invocation's options.
 header() {
 	if [[ -z $REPORT ]]; then
-		echo "holdfast vs peers: median of $RUNS runs, ${DURATION} each (sessions-keepalive: $KA_DURATION)"
+		local pin=""
+		((PIN)) && pin="; servers on CPU 0, load generators on CPU 1"
+		echo "holdfast vs peers: median of $RUNS runs, ${DURATION} each (sessions-keepalive: $KA_DURATION)$pin"
 		return
 	fi
 	awk '

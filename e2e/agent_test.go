@@ -137,12 +137,24 @@ func launchAgent(t *testing.T, o agentOpts) *agent {
 // of gossip and client agents call it with their own flags.
 func launchWith(t *testing.T, node string, args ...string) *agent {
 	t.Helper()
+	return launchUnder(t, nil, node, args...)
+}
+
+// launchUnder is launchWith with the agent started through a wrapper
+// command (wrap[0], with wrap[1:] before the agent's own command line),
+// e.g. taskset; nil starts it directly.
+func launchUnder(t *testing.T, wrap []string, node string, args ...string) *agent {
+	t.Helper()
 	if binPath == "" {
 		t.Skip("e2e tests do not run under -short")
 	}
 	all := append([]string{"agent", "-http-addr", "127.0.0.1:0", "-node", node, "-log-level", "debug"}, args...)
 	a := &agent{t: t, node: node, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
-	a.cmd = exec.Command(binPath, all...)
+	if len(wrap) > 0 {
+		a.cmd = exec.Command(wrap[0], append(append(wrap[1:len(wrap):len(wrap)], binPath), all...)...)
+	} else {
+		a.cmd = exec.Command(binPath, all...)
+	}
 	a.cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
 	a.cmd.SysProcAttr = procAttr()
 	a.cmd.Stderr = a.stderr

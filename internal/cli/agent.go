@@ -104,6 +104,11 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 			logger: logger, dataDir: dir})
 	}
 
+	if from, to := raiseServerProcs(); to != from {
+		logger.Info("raised GOMAXPROCS so that the raft log's fsync does not stall every request (set GOMAXPROCS to choose)",
+			"from", from, "to", to)
+	}
+
 	ln, err := net.Listen("tcp", *httpAddr)
 	if err != nil {
 		return &ExitError{Code: 1, Msg: fmt.Sprintf("agent: cannot listen for HTTP on %s: %v", *httpAddr, err)}

@@ -589,5 +589,5 @@ func (c *clientAgent) serveSelf(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(self)
+	json.NewEncoder(w).Encode(httpapi.WithRuntimeStats(self))
 }
