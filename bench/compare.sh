@@ -26,6 +26,7 @@ ETCD_SESSIONS=10000
 ZK_SESSIONS=0
 INSTALL=1
 PIN=0
+OFFERED=0
 OUT=""
 HOLDFAST_ARGS=${HOLDFAST_ARGS:-}
 REPORT=""
@@ -45,6 +46,9 @@ usage: bench/compare.sh [options]
   -z N      ZooKeeper sessions (connections) for sessions-keepalive, 0 = skip (default: $ZK_SESSIONS)
   -o FILE   also append every raw result line to FILE
   -n        do not install missing packages
+  -q RATE   put and get-consistent: offer RATE ops per second in all instead of
+            a closed loop, each op timed from when it was due (loadgen -rate);
+            compares the latencies of all targets at the same load
   -p        pin: every server to CPU 0 and every load generator to CPU 1
             (taskset), so that the two never compete for a core; without -p
             both float over all CPUs
@@ -54,7 +58,7 @@ Environment: HOLDFAST_ARGS adds flags to 'holdfast agent'.
 EOF
 }
 
-while getopts "w:t:d:k:r:c:s:e:z:o:R:nph" opt; do
+while getopts "w:t:d:k:r:c:s:e:z:o:R:q:nph" opt; do
 	case $opt in
 	w) WORKLOADS=$OPTARG ;;
 	t) TARGETS=$OPTARG ;;
@@ -68,6 +72,7 @@ while getopts "w:t:d:k:r:c:s:e:z:o:R:nph" opt; do
 	o) OUT=$OPTARG ;;
 	n) INSTALL=0 ;;
 	p) PIN=1 ;;
+	q) OFFERED=$OPTARG ;;
 	R) REPORT=$OPTARG ;;
 	h) usage; exit 0 ;;
 	*) usage >&2; exit 2 ;;
@@ -81,6 +86,8 @@ if ((PIN)); then
 	(($(nproc) >= 2)) || { echo "compare.sh: -p needs two CPUs" >&2; exit 2; }
 	ON_SRV=(taskset -c 0) ON_GEN=(taskset -c 1)
 fi
+
+[[ $OFFERED =~ ^[0-9]+$ ]] || { echo "compare.sh: -q: want a whole number of ops per second, not '$OFFERED'" >&2; exit 2; }
 
 # Check -w and -c before anything is installed, built or started.
 IFS=, read -r -a wlist <<<"$WORKLOADS"
@@ -324,6 +331,7 @@ run_one() {
 	# Each target contends for a lock with its own standard recipe: ZooKeeper's
 	# and etcd's queue their waiters, and so does holdfast's api/recipe.Lock
 	# (HF_LOCK_CLIENT=consul measures the racing style of Consul's Go client).
+	if [[ $OFFERED != 0 && ($w == put || $w == get-consistent) ]]; then extra+=(-rate "$OFFERED"); fi
 	if [[ $t == holdfast && $w == lock-contend ]]; then extra+=(-lock-client "${HF_LOCK_CLIENT:-recipe}"); fi
 	local limit=$(($(secs "$dur") + 900))
 	line=$(timeout --kill-after=10 "$limit" "${cmd[@]}" -addr "$addr" -workload "$w" -duration "$dur" \
@@ -350,6 +358,7 @@ header() {
 	if [[ -z $REPORT ]]; then
 		local pin=""
 		((PIN)) && pin="; servers on CPU 0, load generators on CPU 1"
+		[[ $OFFERED != 0 ]] && pin="$pin; put and get-consistent offered $OFFERED ops/s"
 		echo "holdfast vs peers: median of $RUNS runs, ${DURATION} each (sessions-keepalive: $KA_DURATION)$pin"
 		return
 	fi

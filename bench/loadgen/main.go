@@ -317,7 +317,7 @@ func (b *bench) value(rnd *rand.Rand) []byte { return loadkit.RandValue(rnd, b.c
 func (b *bench) put(ctx context.Context) (*loadkit.Result, error) {
 	rnds := loadkit.NewRands(b.cfg.Clients)
 	b.pw.MeasureStart()
-	ops, lat, el := loadkit.Loop(ctx, b.cfg.Clients, b.cfg.Duration, b.cfg.MaxOps, b.el, "put",
+	ops, lat, el := loadkit.LoopRate(ctx, b.cfg.Clients, b.cfg.Duration, b.cfg.MaxOps, b.cfg.Rate, b.el, "put",
 		func(ctx context.Context, c int) error {
 			rnd := rnds[c]
 			key := b.pfx + "/put/" + strconv.Itoa(rnd.Intn(b.cfg.Keys))
@@ -372,7 +372,7 @@ func (b *bench) getConsistent(ctx context.Context) (*loadkit.Result, error) {
 	}
 	rnds := loadkit.NewRands(b.cfg.Clients)
 	b.pw.MeasureStart()
-	ops, lat, el := loadkit.Loop(ctx, b.cfg.Clients, b.cfg.Duration, b.cfg.MaxOps, b.el, "get",
+	ops, lat, el := loadkit.LoopRate(ctx, b.cfg.Clients, b.cfg.Duration, b.cfg.MaxOps, b.cfg.Rate, b.el, "get",
 		func(ctx context.Context, c int) error {
 			key := prefix + strconv.Itoa(rnds[c].Intn(b.cfg.Keys))
 			e, err := b.c.get(ctx, key, true, 0, 0)

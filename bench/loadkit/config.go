@@ -67,6 +67,7 @@ type Config struct {
 	Prefix       string
 	Quiet        bool
 	NoCleanup    bool
+	Rate         float64 // put, get-consistent: ops offered per second in all; 0 = a closed loop
 }
 
 // Register defines the common flags on fs. defaultSessions is the
@@ -87,6 +88,7 @@ func (c *Config) Register(fs *flag.FlagSet, defaultSessions int) {
 	fs.DurationVar(&c.SetupTimeout, "setup-timeout", 10*time.Minute, "bound on set-up and clean-up phases (e.g. creating 100k sessions)")
 	fs.StringVar(&c.Prefix, "prefix", "bench", "key prefix; each run adds its own unique component below it")
 	fs.BoolVar(&c.Quiet, "quiet", false, "do not log the first errors to stderr")
+	fs.Float64Var(&c.Rate, "rate", 0, "put, get-consistent: offer this many ops per second in all, spread evenly over the clients, and time each op from when it was due (0: each client sends its next op as soon as the last is answered)")
 	fs.BoolVar(&c.NoCleanup, "no-cleanup", false, "sessions-keepalive: leave the sessions to expire instead of destroying them (for a server about to be restarted)")
 }
 
@@ -111,6 +113,9 @@ func (c *Config) Check() error {
 	}
 	if c.Keys <= 0 || c.ValueSize < 0 || c.Sessions <= 0 || c.MaxOps <= 0 {
 		return errors.New("-keys, -sessions and -max-ops must be positive, -value-size not negative")
+	}
+	if c.Rate < 0 || (c.Rate > 0 && c.Workload != WorkloadPut && c.Workload != WorkloadGetConsistent) {
+		return errors.New("-rate must not be negative, and applies to put and get-consistent only")
 	}
 	if c.SessionTTL < 2*time.Second {
 		return errors.New("-session-ttl must be at least 2s")
@@ -161,6 +166,9 @@ func Run(name string, cfg *Config, stdout, stderr io.Writer,
 		r.Workload = cfg.Workload
 		r.Errors = el.Count()
 		pw.Finish(r)
+		if cfg.Rate > 0 {
+			r.Float("offered_rate", cfg.Rate, 1)
+		}
 		fmt.Fprintln(stdout, r.Line())
 		if cfg.JSON {
 			fmt.Fprintln(stdout, r.JSON())

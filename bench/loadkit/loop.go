@@ -37,8 +37,22 @@ const ErrBackoff = 5 * time.Millisecond
 // have been started in total. An op in flight at the deadline is allowed to
 // finish (each request has its own timeout) so that it leaves nothing half
 // done, but only ops that completed by the deadline are counted. Failures
-// go to el. op gets the client number.
+// go to el. op gets the client number. Each client starts its next op as
+// soon as the last one ends (a closed loop); LoopRate offers a fixed rate.
 func Loop(ctx context.Context, n int, dur time.Duration, maxOps int64, el *ErrLog, what string,
+	op func(ctx context.Context, client int) error) (ops int64, lat *Hist, elapsed time.Duration) {
+	return LoopRate(ctx, n, dur, maxOps, 0, el, what, op)
+}
+
+// LoopRate is Loop with the ops offered at rate per second in all (0: a
+// closed loop, as Loop). Client c's k-th op is due at start + (k + c/n) *
+// n/rate, so the n clients' ops interleave evenly. A client that is early
+// sleeps until its op is due and times the op from when it woke (a late
+// wake-up is the load generator's, not the server's); a client that is late
+// because its previous op ran long times the op from when it was due, so a
+// server that falls behind the rate shows it in the latencies instead of
+// quietly being offered less (what wrk2 calls coordinated omission).
+func LoopRate(ctx context.Context, n int, dur time.Duration, maxOps int64, rate float64, el *ErrLog, what string,
 	op func(ctx context.Context, client int) error) (ops int64, lat *Hist, elapsed time.Duration) {
 	var started atomic.Int64
 	var done atomic.Int64
@@ -46,13 +60,30 @@ func Loop(ctx context.Context, n int, dur time.Duration, maxOps int64, el *ErrLo
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	end := t0.Add(dur)
+	var interval time.Duration
+	if rate > 0 {
+		interval = time.Duration(float64(n) / rate * float64(time.Second))
+	}
 	for c := 0; c < n; c++ {
 		wg.Add(1)
 		go func(c int) {
 			defer wg.Done()
 			h := &hists[c]
+			due := t0.Add(interval * time.Duration(c) / time.Duration(n))
 			for ctx.Err() == nil && time.Now().Before(end) && started.Add(1) <= maxOps {
 				s := time.Now()
+				if interval > 0 {
+					if !due.Before(end) {
+						return
+					}
+					if s.Before(due) {
+						SleepCtx(ctx, due.Sub(s))
+						s = time.Now()
+					} else {
+						s = due
+					}
+					due = due.Add(interval)
+				}
 				err := op(ctx, c)
 				f := time.Now()
 				if err != nil {

@@ -111,3 +111,43 @@ func TestWakeResult(t *testing.T) {
 		t.Fatalf("line %s", r.Line())
 	}
 }
+
+// At a fixed rate no more ops start than the schedule has due before the
+// deadline, however fast the op is.
+func TestLoopRateOffersNoMoreThanTheRate(t *testing.T) {
+	const (
+		clients = 4
+		rate    = 200.0 // per second, in all
+		dur     = 100 * time.Millisecond
+	)
+	var calls atomic.Int64
+	ops, lat, _ := LoopRate(context.Background(), clients, dur, 1000, rate, &ErrLog{}, "op",
+		func(context.Context, int) error { calls.Add(1); return nil })
+	// Due times are start + k*20ms + c*5ms: at most 20 before 100 ms.
+	if max := int64(rate * dur.Seconds()); calls.Load() > max || ops > max {
+		t.Fatalf("calls=%d ops=%d, want at most %d at %v/s for %v", calls.Load(), ops, max, rate, dur)
+	}
+	if lat.Count() != uint64(ops) {
+		t.Fatalf("lat_n=%d ops=%d", lat.Count(), ops)
+	}
+}
+
+// An op that takes longer than the schedule allows makes the next ones
+// late, and they are timed from when they were due: the backlog shows.
+func TestLoopRateTimesLateOpsFromWhenDue(t *testing.T) {
+	const (
+		opTime = 5 * time.Millisecond
+		rate   = 1000.0 // one client: an op due every 1 ms
+	)
+	ops, lat, _ := LoopRate(context.Background(), 1, 60*time.Millisecond, 1000, rate, &ErrLog{}, "op",
+		func(context.Context, int) error { time.Sleep(opTime); return nil })
+	// Op k (from 0) starts no earlier than k*5ms and was due at k*1ms, so
+	// it is timed at least k*4ms + 5ms. With 3 or more ops the last was
+	// timed at 13 ms or more, whatever the machine's speed.
+	if ops < 3 {
+		t.Skipf("only %d ops finished in 60 ms: the machine is too slow to say", ops)
+	}
+	if want := time.Duration(ops-1)*(opTime-time.Millisecond) + opTime; lat.Max() < want {
+		t.Fatalf("%d ops, longest timed %v, want at least %v (timed from when due)", ops, lat.Max(), want)
+	}
+}

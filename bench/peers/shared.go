@@ -33,7 +33,7 @@ func (b *common) keyLoop(ctx context.Context, what, prefix string,
 	op func(ctx context.Context, c int, rnd *rand.Rand, key string) error) *loadkit.Result {
 	rnds := loadkit.NewRands(b.cfg.Clients)
 	b.pw.MeasureStart()
-	ops, lat, el := loadkit.Loop(ctx, b.cfg.Clients, b.cfg.Duration, b.cfg.MaxOps, b.el, what,
+	ops, lat, el := loadkit.LoopRate(ctx, b.cfg.Clients, b.cfg.Duration, b.cfg.MaxOps, b.cfg.Rate, b.el, what,
 		func(ctx context.Context, c int) error {
 			return op(ctx, c, rnds[c], prefix+strconv.Itoa(rnds[c].Intn(b.cfg.Keys)))
 		})
