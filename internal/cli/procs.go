@@ -8,16 +8,16 @@ import (
 // minServerProcs is the fewest Ps (GOMAXPROCS) a server agent runs with.
 //
 // Why: every raft write ends in an fsync of the log, a system call that
-// keeps its P for as long as it runs unless the runtime's monitor takes the
-// P back, which it does only after one of its ticks, and those stretch to
-// 10 ms while it finds little to do. With one P (a one-CPU host or
-// container, or an agent started under taskset with one CPU) nothing else
-// runs during each sync: no request is read, no answer written, no session
-// renewed. Measured on this project's 2-core machine with the agent held to
-// one CPU and 32 PUT clients on the other (bench/README.md, "One CPU"):
-// 6,093 PUTs/s with one P against 40,809/s with two, p50 5.2 against
-// 0.73 ms. A second P lets the other goroutines run on another thread
-// while the sync sleeps in the kernel.
+// keeps its P while it sleeps in the kernel until the runtime's monitor
+// takes the P back. With one P (a one-CPU host or container, or an agent
+// started under taskset with one CPU) the other goroutines wait for that.
+// Measured on this project's 2-core machine with the agent held to one CPU
+// and 32 PUT clients on the other (bench/README.md, "One CPU"): a freshly
+// started agent did about 6,000 PUTs/s (p50 5 ms) in its first seconds
+// with one P against 40,000/s (p50 0.7 ms) with two, and once warm
+// 31,932 against 37,934/s. The price, also measured there: on one CPU the
+// two threads share its time slices, and the p99 of reads that saturate
+// the CPU doubles.
 const minServerProcs = 2
 
 // procsFloor returns the GOMAXPROCS a server should run with: cur, or min
