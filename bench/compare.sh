@@ -356,10 +356,10 @@ run_one() {
 # count; lengths from duration_s), not by this invocation's options.
 header() {
 	if [[ -z $REPORT ]]; then
-		local pin=""
-		((PIN)) && pin="; servers on CPU 0, load generators on CPU 1"
-		[[ $OFFERED != 0 ]] && pin="$pin; put and get-consistent offered $OFFERED ops/s"
-		echo "holdfast vs peers: median of $RUNS runs, ${DURATION} each (sessions-keepalive: $KA_DURATION)$pin"
+		local how=""
+		((PIN)) && how="; servers on CPU 0, load generators on CPU 1"
+		[[ $OFFERED != 0 ]] && how="$how; put and get-consistent offered $OFFERED ops/s"
+		echo "holdfast vs peers: median of $RUNS runs, ${DURATION} each (sessions-keepalive: $KA_DURATION)$how"
 		return
 	fi
 	awk '

@@ -150,11 +150,11 @@ func launchUnder(t *testing.T, wrap []string, node string, args ...string) *agen
 	}
 	all := append([]string{"agent", "-http-addr", "127.0.0.1:0", "-node", node, "-log-level", "debug"}, args...)
 	a := &agent{t: t, node: node, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	argv := append([]string{binPath}, all...)
 	if len(wrap) > 0 {
-		a.cmd = exec.Command(wrap[0], append(append(wrap[1:len(wrap):len(wrap)], binPath), all...)...)
-	} else {
-		a.cmd = exec.Command(binPath, all...)
+		argv = append(append([]string(nil), wrap...), argv...)
 	}
+	a.cmd = exec.Command(argv[0], argv[1:]...)
 	a.cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
 	a.cmd.SysProcAttr = procAttr()
 	a.cmd.Stderr = a.stderr

@@ -573,6 +573,7 @@ func (c *clientAgent) serveSelf(w http.ResponseWriter, r *http.Request) {
 		tags = map[string]string{}
 	}
 	self := map[string]interface{}{
+		"Stats": httpapi.RuntimeStats(),
 		"Config": map[string]interface{}{
 			"NodeName":   c.node,
 			"Datacenter": c.dc,
@@ -589,5 +590,5 @@ func (c *clientAgent) serveSelf(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(httpapi.WithRuntimeStats(self))
+	json.NewEncoder(w).Encode(self)
 }

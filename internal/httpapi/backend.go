@@ -24,7 +24,9 @@ type Backend interface {
 	// Datacenter is this agent's datacenter name.
 	Datacenter() string
 	// Self describes this agent for /v1/agent/self: at least
-	// {"Config":{"NodeName":…,"Datacenter":…,…},"Member":{…}}.
+	// {"Config":{"NodeName":…,"Datacenter":…,…},"Member":{…}}. It returns
+	// a new map each call, which the caller owns (the handler adds
+	// "Stats").
 	Self() map[string]interface{}
 
 	// KVS applies one KV write. For a lock refused because of lock-delay it

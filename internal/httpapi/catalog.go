@@ -301,32 +301,26 @@ func (h *handler) healthNode(w http.ResponseWriter, r *http.Request, name string
 }
 
 func (h *handler) agentSelf(w http.ResponseWriter, r *http.Request, _ string) error {
-	return writeJSON(w, r, WithRuntimeStats(h.b.Self()))
+	self := h.b.Self()
+	self["Stats"] = RuntimeStats()
+	return writeJSON(w, r, self)
 }
 
-// WithRuntimeStats returns a copy of an /v1/agent/self answer with the
-// "Stats" section Consul's agent gives, its "runtime" part: the Go
-// runtime's view of the machine, as strings, as Consul writes them
-// (max_procs shows whether the agent raised GOMAXPROCS; see cli's
-// minServerProcs). A "Stats" the backend set itself is kept.
-func WithRuntimeStats(self map[string]interface{}) map[string]interface{} {
-	out := make(map[string]interface{}, len(self)+1)
-	for k, v := range self {
-		out[k] = v
+// RuntimeStats is the "Stats" section of /v1/agent/self as far as
+// holdfast fills it: Consul's "runtime" part, the Go runtime's view of the
+// machine, as strings, as Consul writes them (max_procs shows whether the
+// agent raised GOMAXPROCS; see cli's minServerProcs).
+func RuntimeStats() map[string]interface{} {
+	return map[string]interface{}{
+		"runtime": map[string]string{
+			"arch":       runtime.GOARCH,
+			"os":         runtime.GOOS,
+			"version":    runtime.Version(),
+			"cpu_count":  strconv.Itoa(runtime.NumCPU()),
+			"max_procs":  strconv.Itoa(runtime.GOMAXPROCS(0)),
+			"goroutines": strconv.Itoa(runtime.NumGoroutine()),
+		},
 	}
-	if _, ok := out["Stats"]; !ok {
-		out["Stats"] = map[string]interface{}{
-			"runtime": map[string]string{
-				"arch":       runtime.GOARCH,
-				"os":         runtime.GOOS,
-				"version":    runtime.Version(),
-				"cpu_count":  strconv.Itoa(runtime.NumCPU()),
-				"max_procs":  strconv.Itoa(runtime.GOMAXPROCS(0)),
-				"goroutines": strconv.Itoa(runtime.NumGoroutine()),
-			},
-		}
-	}
-	return out
 }
 
 func (h *handler) statusLeader(w http.ResponseWriter, r *http.Request, _ string) error {
