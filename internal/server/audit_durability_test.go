@@ -194,55 +194,6 @@ func TestAuditDurabilityMissingWalMetaAfterRotation(t *testing.T) {
 	}
 }
 
-// duStallFS is stallFS with a count of the fsyncs that have stalled so
-// far, so a test can wait for the next one without racing its decrement.
-type duStallFS struct {
-	wrappingFS
-	armed   atomic.Bool
-	fail    atomic.Bool
-	entered atomic.Int64
-	release chan struct{}
-}
-
-func duNewStallFS(t *testing.T) *duStallFS {
-	v := &duStallFS{release: make(chan struct{})}
-	v.wrappingFS = wrappingFS{VFS: fs.New(), wrap: func(f types.WritableFile) types.WritableFile {
-		return &duStallFile{WritableFile: f, fs: v}
-	}}
-	done := make(chan struct{})
-	t.Cleanup(func() {
-		v.armed.Store(false)
-		close(done)
-	})
-	go func() { // lets stalled fsyncs through once the test ends
-		<-done
-		for {
-			select {
-			case v.release <- struct{}{}:
-			case <-time.After(2 * time.Second):
-				return
-			}
-		}
-	}()
-	return v
-}
-
-type duStallFile struct {
-	types.WritableFile
-	fs *duStallFS
-}
-
-func (f *duStallFile) Sync() error {
-	if f.fs.armed.Load() {
-		f.fs.entered.Add(1)
-		<-f.fs.release
-		if f.fs.fail.Load() {
-			return syscall.EIO
-		}
-	}
-	return f.WritableFile.Sync()
-}
-
 // duResult is the answer to one write.
 type duResult struct {
 	key string
@@ -275,10 +226,11 @@ func duCreate(s *Server, key string) (bool, error) {
 // refused before they reached the log, and none of those may be applied.
 func TestAuditDurabilityLeadershipLostWriteIsApplied(t *testing.T) {
 	clk := clocktest.NewFake(epoch)
-	vfs := duNewStallFS(t)
+	vfs := newStallFS()
 	cfg := testConfig(t.TempDir(), clk, nil)
 	cfg.logFS = vfs
 	s := startServer(t, cfg)
+	releaseAtCleanup(t, vfs)
 
 	const n = 64
 	var results chan duResult
@@ -287,8 +239,10 @@ func TestAuditDurabilityLeadershipLostWriteIsApplied(t *testing.T) {
 		vfs.fail.Store(false)
 		vfs.armed.Store(true)
 		resA := make(chan error, 1)
-		go func() { resA <- putKey(s, fmt.Sprintf("a/%d", attempt)) }()
+		// base is read before A starts: A's fsync may stall before this
+		// goroutine runs again.
 		base := vfs.entered.Load()
+		go func() { resA <- putKey(s, fmt.Sprintf("a/%d", attempt)) }()
 		waitFor(t, "A's fsync stalled", func() bool { return vfs.entered.Load() == base+1 })
 		results = make(chan duResult, n)
 		for i := 0; i < n; i++ {
@@ -300,7 +254,7 @@ func TestAuditDurabilityLeadershipLostWriteIsApplied(t *testing.T) {
 		}
 		waitFor(t, "writes waiting at the gate", func() bool { return s.gate.waitingLen() == n })
 		vfs.release <- struct{}{}
-		if err := <-resA; err != nil {
+		if err := receive(t, "A's answer", resA); err != nil {
 			t.Fatalf("A: %v", err)
 		}
 		waitFor(t, "the batch's first store stalled", func() bool { return vfs.entered.Load() == base+2 })
@@ -323,7 +277,7 @@ func TestAuditDurabilityLeadershipLostWriteIsApplied(t *testing.T) {
 		vfs.armed.Store(false)
 		vfs.release <- struct{}{}
 		for i := 0; i < n; i++ {
-			if r := <-results; r.err != nil || !r.ok {
+			if r := receive(t, "a create's answer", results); r.err != nil || !r.ok {
 				t.Fatalf("%s: %v %v", r.key, r.ok, r.err)
 			}
 		}

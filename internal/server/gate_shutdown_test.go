@@ -32,6 +32,9 @@ type stallFS struct {
 	armed   atomic.Bool
 	fail    atomic.Bool
 	blocked atomic.Int32
+	// entered counts the fsyncs that have stalled so far, so a test can
+	// wait for the next one without racing blocked's decrement.
+	entered atomic.Int64
 	release chan struct{}
 }
 
@@ -70,6 +73,7 @@ type stallFile struct {
 func (f *stallFile) Sync() error {
 	if f.fs.armed.Load() {
 		f.fs.blocked.Add(1)
+		f.fs.entered.Add(1)
 		<-f.fs.release
 		f.fs.blocked.Add(-1)
 		if f.fs.fail.Load() {

@@ -68,6 +68,19 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// receive takes one value from ch, or fails the test if none comes within
+// a minute: a bound on a hang, not a timing assertion.
+func receive[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(time.Minute):
+		t.Fatalf("never came: %s", what)
+		panic("unreachable")
+	}
+}
+
 func (g *applyGate) waitingLen() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
