@@ -324,6 +324,21 @@ func (f *gaBlockingMembers) Members() []gossip.Member {
 	return ms
 }
 
+// advanceUntil moves clk by step until cond holds. The reconcile loop arms
+// its interval timer after the writes of its pass are visible, so one
+// Advance made as soon as a test sees them may come before the timer is
+// re-armed and then never fire it.
+func advanceUntil(t *testing.T, clk *clocktest.Fake, step time.Duration, what string, cond func() bool) {
+	t.Helper()
+	waitFor(t, what, func() bool {
+		if cond() {
+			return true
+		}
+		clk.Advance(step)
+		return false
+	})
+}
+
 // TestAuditGossipFailureLostWhenRejoinFollows: the failure detector
 // declares c1 failed and c1 then comes back (a machine that rebooted and
 // whose agent rejoined under the same name), both while the reconcile loop
@@ -355,12 +370,14 @@ func TestAuditGossipFailureLostWhenRejoinFollows(t *testing.T) {
 	fm.mu.Lock()
 	fm.armed = true
 	fm.mu.Unlock()
-	clk.Advance(time.Minute)
-	select {
-	case <-fm.entered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the full reconcile did not start")
-	}
+	advanceUntil(t, clk, time.Minute, "the full reconcile started", func() bool {
+		select {
+		case <-fm.entered:
+			return true
+		default:
+			return false
+		}
+	})
 	// Meanwhile: c1 is declared failed, then rejoins; c9 joins (a marker).
 	sf.memberEvent(gossip.Event{Type: gossip.EventFailed, Member: member("c1", "10.0.0.7", gossip.StatusFailed)})
 	sf.memberEvent(gossip.Event{Type: gossip.EventJoin, Member: member("c1", "10.0.0.7", gossip.StatusAlive)})
@@ -439,8 +456,7 @@ func TestAuditGossipSelfAndCaseNames(t *testing.T) {
 	}
 	// A full pass with the server missing from the pool, past the grace.
 	fm.set(member("web1", "10.0.0.1", gossip.StatusAlive))
-	clk.Advance(time.Minute)
-	waitState(t, s, "Web1 reaped by the full pass", func(ws watch.Set) bool { return nodeOf(ws, s, "Web1") == nil })
+	advanceUntil(t, clk, time.Minute, "Web1 reaped by the full pass", func() bool { return nodeOf(nil, s, "Web1") == nil })
 	if gaSerf(s, "node1") != state.HealthPassing || !gaSessionAlive(s, own) {
 		t.Fatalf("the server's own node moved: serfHealth %q, own session alive %v", gaSerf(s, "node1"), gaSessionAlive(s, own))
 	}
