@@ -3,6 +3,7 @@ package clocktest
 import (
 	"container/heap"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -129,9 +130,25 @@ func (f *Fake) Waiters() int {
 // goroutine has armed the timer it is about to wait on, so that an Advance
 // made afterwards is certain to wake it.
 func (f *Fake) BlockUntilWaiters(ctx context.Context, n int) error {
+	return f.BlockUntil(ctx, func(_ time.Time, due []time.Time) bool { return len(due) >= n })
+}
+
+// BlockUntil blocks until cond returns true, or ctx is done, in which case
+// it returns ctx.Err(). cond is called with the fake's current time and the
+// deadlines of the pending timers, earliest first, at once and again each
+// time a timer is armed, re-armed, stopped or fired; it must not call back
+// into the Fake. A count of waiters cannot tell a goroutine that has
+// re-armed its timer from one still busy under another timer (a probe's
+// timeout, say); the deadlines can.
+func (f *Fake) BlockUntil(ctx context.Context, cond func(now time.Time, due []time.Time) bool) error {
 	for {
 		f.mu.Lock()
-		if len(f.pending) >= n {
+		due := make([]time.Time, len(f.pending))
+		for i, t := range f.pending {
+			due[i] = t.deadline
+		}
+		slices.SortFunc(due, time.Time.Compare)
+		if cond(f.now, due) {
 			f.mu.Unlock()
 			return nil
 		}

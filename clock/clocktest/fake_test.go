@@ -452,6 +452,60 @@ func TestBlockUntilWaiters(t *testing.T) {
 	}
 }
 
+func TestBlockUntilSeesDeadlines(t *testing.T) {
+	f := clocktest.NewFake(epoch)
+	ctx := testCtx(t)
+	// Due a minute from now, and nothing sooner: a worker that re-armed
+	// its one-minute timer, not one still under a ten-second timeout.
+	rearmed := func(now time.Time, due []time.Time) bool {
+		return len(due) == 1 && due[0].Equal(now.Add(time.Minute))
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- f.BlockUntil(ctx, rearmed) }()
+	timeout := f.NewTimer(10 * time.Second)
+	late := f.NewTimer(time.Hour)
+	late.Stop()
+	select {
+	case err := <-errc:
+		t.Fatalf("BlockUntil returned %v with only a ten-second timer pending", err)
+	default:
+	}
+	timeout.Stop()
+	interval := f.NewTimer(2 * time.Minute)
+	select {
+	case err := <-errc:
+		t.Fatalf("BlockUntil returned %v with a timer due in two minutes", err)
+	default:
+	}
+	interval.Reset(time.Minute)
+	if err := <-errc; err != nil {
+		t.Fatalf("BlockUntil = %v", err)
+	}
+
+	// The deadlines come earliest first, and cond sees the moved time.
+	f.NewTimer(30 * time.Second)
+	f.Advance(10 * time.Second)
+	var got []time.Duration
+	if err := f.BlockUntil(ctx, func(now time.Time, due []time.Time) bool {
+		got = got[:0]
+		for _, d := range due {
+			got = append(got, d.Sub(now))
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []time.Duration{20 * time.Second, 50 * time.Second}; !slices.Equal(got, want) {
+		t.Fatalf("deadlines from now = %v, want %v", got, want)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := f.BlockUntil(cctx, func(time.Time, []time.Time) bool { return false }); err != context.Canceled {
+		t.Fatalf("cancelled BlockUntil = %v, want context.Canceled", err)
+	}
+}
+
 func TestConcurrentUse(t *testing.T) {
 	f := clocktest.NewFake(epoch)
 	const workers, rounds = 8, 200

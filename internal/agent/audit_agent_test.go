@@ -269,8 +269,21 @@ func TestAuditAgentHTTPEdgesAndHangingCheck(t *testing.T) {
 	if c := e.cat.st.Check(node, "redir"); !strings.Contains(c.Output, "200 OK Output: ok") {
 		t.Fatalf("redirected probe output %q", c.Output)
 	}
-	// hang waits on its timeout, redir and drop on their intervals.
-	e.waiters(t, 3)
+	// hang waits on its timeout, redir and drop on their intervals. A
+	// count of three timers is not enough: a probe still in flight holds
+	// its own ten-second timeout instead of its interval, and an Advance of
+	// a minute then fires that timeout and leaves the interval unarmed.
+	idle := func(round int) {
+		t.Helper()
+		bctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := e.clk.BlockUntil(bctx, func(now time.Time, due []time.Time) bool {
+			return len(due) == 3 && !due[0].Before(now.Add(time.Minute))
+		}); err != nil {
+			t.Fatalf("round %d: the checks did not settle on their timers (%d pending): %v", round, e.clk.Waiters(), err)
+		}
+	}
+	idle(0)
 	for round := 1; round <= 3; round++ {
 		e.clk.Advance(time.Minute)
 		deadline := time.Now().Add(5 * time.Second)
@@ -280,7 +293,7 @@ func TestAuditAgentHTTPEdgesAndHangingCheck(t *testing.T) {
 		if newHits.Load() < int64(round+1) || dropHits.Load() < int64(round+1) {
 			t.Fatalf("round %d: probes held back by the hanging check (redir %d, drop %d)", round, newHits.Load(), dropHits.Load())
 		}
-		e.waiters(t, 3)
+		idle(round)
 	}
 	if st := e.cat.status("hang"); st != state.HealthPassing {
 		t.Fatalf("hanging check is %s before its timeout", st)
