@@ -20,4 +20,14 @@
 // timer's channel runs on its own schedule; a test learns that it has
 // finished its work from that work's own effects (a value on a channel, a
 // timer re-armed as seen by BlockUntilWaiters).
+//
+// A count of timers can mislead when the code holds different timers at
+// different moments: a health check probing holds its timeout, and its
+// interval timer only once the probe is over. BlockUntil waits on the
+// pending deadlines themselves:
+//
+//	// the check has re-armed its one-minute interval, and holds no timeout
+//	err := clk.BlockUntil(ctx, func(now time.Time, due []time.Time) bool {
+//		return len(due) == 1 && due[0].Equal(now.Add(time.Minute))
+//	})
 package clocktest
