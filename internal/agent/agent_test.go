@@ -201,10 +201,17 @@ func newEnv(t *testing.T) *env {
 // waiters blocks until n timers are pending on the fake clock.
 func (e *env) waiters(t *testing.T, n int) {
 	t.Helper()
+	e.timersUntil(t, fmt.Sprintf("waiting for %d timers", n), func(_ time.Time, due []time.Time) bool { return len(due) >= n })
+}
+
+// timersUntil blocks until cond holds of the fake clock's pending
+// deadlines (clocktest's BlockUntil), failing the test after 5 s.
+func (e *env) timersUntil(t *testing.T, what string, cond func(now time.Time, due []time.Time) bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := e.clk.BlockUntilWaiters(ctx, n); err != nil {
-		t.Fatalf("waiting for %d timers (have %d): %v", n, e.clk.Waiters(), err)
+	if err := e.clk.BlockUntil(ctx, cond); err != nil {
+		t.Fatalf("%s (have %d): %v", what, e.clk.Waiters(), err)
 	}
 }
 

@@ -8,6 +8,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -275,13 +276,10 @@ func TestAuditAgentHTTPEdgesAndHangingCheck(t *testing.T) {
 	// a minute then fires that timeout and leaves the interval unarmed.
 	idle := func(round int) {
 		t.Helper()
-		bctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := e.clk.BlockUntil(bctx, func(now time.Time, due []time.Time) bool {
-			return len(due) == 3 && !due[0].Before(now.Add(time.Minute))
-		}); err != nil {
-			t.Fatalf("round %d: the checks did not settle on their timers (%d pending): %v", round, e.clk.Waiters(), err)
-		}
+		e.timersUntil(t, fmt.Sprintf("round %d: the checks did not settle on their timers", round),
+			func(now time.Time, due []time.Time) bool {
+				return len(due) == 3 && !due[0].Before(now.Add(time.Minute))
+			})
 	}
 	idle(0)
 	for round := 1; round <= 3; round++ {

@@ -20,13 +20,13 @@ import (
 // the CPU doubles.
 const minServerProcs = 2
 
-// procsFloor returns the GOMAXPROCS a server should run with: cur, or min
-// if cur is smaller, unless the operator chose the value (envSet).
-func procsFloor(cur, min int, envSet bool) int {
-	if envSet || cur >= min {
+// procsFloor returns the GOMAXPROCS a server should run with: cur, or
+// least if cur is smaller, unless the operator chose the value (envSet).
+func procsFloor(cur, least int, envSet bool) int {
+	if envSet || cur >= least {
 		return cur
 	}
-	return min
+	return least
 }
 
 // raiseServerProcs applies procsFloor to the process, leaving a GOMAXPROCS
