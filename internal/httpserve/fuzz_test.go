@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // FuzzServe sends arbitrary bytes to a Server and checks what comes back
@@ -104,9 +106,13 @@ func expectedAnswers(in []byte) []answer {
 			}
 			return append(out, answer{})
 		}
+		// What serveOne refuses of what the parser took, as net/http's
+		// Server does: refused answers are any 4xx or 5xx.
 		switch ex := req.Header.Get("Expect"); {
 		case req.ProtoMajor != 1,
 			req.ProtoAtLeast(1, 1) && req.Host == "",
+			!httpguts.ValidHostHeader(req.Host),
+			invalidHeader(req.Header) != "",
 			ex != "" && !strings.EqualFold(ex, "100-continue"):
 			return append(out, answer{})
 		}

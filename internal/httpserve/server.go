@@ -182,7 +182,8 @@ func (s *Server) logf(format string, args ...any) {
 // conn is one client connection and what it reuses from request to
 // request. Only its own goroutine touches it, except the disconnect watcher
 // (see response.WatchDisconnect), which runs while that goroutine is in
-// the handler and is waited for before anything it touches is used.
+// the handler and writes the answer, and is waited for before anything it
+// touches (connReader's kept byte) is used.
 type conn struct {
 	s      *Server
 	nc     net.Conn
@@ -358,8 +359,8 @@ func (c *conn) serveOne() bool {
 	}
 	ok := c.runHandler(w)
 	cancel()
-	c.stopWatch()
 	if !ok {
+		c.stopWatch()
 		return false
 	}
 
@@ -387,7 +388,20 @@ func (c *conn) serveOne() bool {
 			defer c.lingerClose() // after the answer
 		}
 	}
-	if err := w.finish(); err != nil {
+	// A disconnect watcher (only ever started for a request without a
+	// body, so it took no part in the above) is stopped after the answer
+	// is written, not before: stopping it means waking its goroutine and
+	// waiting for it, two trips through the scheduler that the answer to
+	// every blocking query that parked would otherwise wait for. Writing
+	// while it reads is what a full-duplex connection is for, and a byte of
+	// a next request it reads meanwhile is kept (connReader.hasByte). It is
+	// stopped here rather than left to become the wait for the next
+	// request: a client often sends that request as soon as it has the
+	// answer, and would then wait for two goroutines to wake instead of one
+	// (measured: bench/README.md, "HTTP server loop").
+	ferr := w.finish()
+	c.stopWatch()
+	if ferr != nil {
 		return false
 	}
 	// Keep the buffers for the next response unless this one was large.

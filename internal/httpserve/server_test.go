@@ -485,6 +485,66 @@ func TestWatchDisconnectKeepsPipelinedRequest(t *testing.T) {
 	}
 }
 
+// The watcher is stopped only after the answer is written, so a client
+// that sends its next request as soon as it has read the answer may have
+// that request's first byte read by the watcher; it must reach the next
+// request all the same. Many rounds on one connection, so that the race
+// goes both ways.
+func TestWatchDisconnectNextRequestRightAfterAnswer(t *testing.T) {
+	h := newWaiter(true)
+	h.release = make(chan struct{})
+	close(h.release) // every wait ends at once, answered
+	c := dial(t, start(t, &Server{Handler: h}))
+	for i := 0; i < 200; i++ {
+		c.send("GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+		<-h.entered
+		if err := <-h.ended; err != nil {
+			t.Fatalf("round %d: handler ended with %v", i, err)
+		}
+		if _, body := c.read("GET"); body != "released" {
+			t.Fatalf("round %d: answer %q", i, body)
+		}
+		c.send(fmt.Sprintf("GET /next%d HTTP/1.1\r\nHost: x\r\n\r\n", i))
+		if _, body := c.read("GET"); body != fmt.Sprintf("quick /next%d", i) {
+			t.Fatalf("round %d: answer to the next request %q", i, body)
+		}
+	}
+}
+
+// A watched request's watcher is stopped only after the answer went out;
+// the connection is then idle like any other: a client that closes ends
+// it, and Shutdown closes it and returns.
+func TestWatchedConnectionIdleAfterAnswer(t *testing.T) {
+	h := newWaiter(true)
+	h.release = make(chan struct{})
+	close(h.release)
+	s := &Server{Handler: h, IdleTimeout: time.Minute}
+	addr := start(t, s)
+	answered := func() *rawConn {
+		c := dial(t, addr)
+		c.send("GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+		<-h.entered
+		<-h.ended
+		if _, body := c.read("GET"); body != "released" {
+			t.Fatalf("answer %q", body)
+		}
+		return c
+	}
+
+	gone := answered()
+	gone.nc.Close() // the watcher reads EOF; the connection ends
+
+	idle := answered()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown with a watched connection idle after its answer: %v", err)
+	}
+	if !idle.closed() {
+		t.Error("the idle connection was left open")
+	}
+}
+
 func TestShutdown(t *testing.T) {
 	h := newWaiter(false)
 	s := &Server{Handler: h}
