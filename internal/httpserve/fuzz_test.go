@@ -87,15 +87,7 @@ func expectedAnswers(in []byte) []answer {
 	br := bufio.NewReader(bytes.NewReader(in))
 	var out []answer
 	for {
-		// The server ignores up to two CR or LF bytes before a request
-		// (serveOne: a client may end a body with an extra CRLF), where
-		// http.ReadRequest would take them for an empty request line.
-		for i := 0; i < 2; i++ {
-			if b, err := br.Peek(1); err != nil || b[0] != '\r' && b[0] != '\n' {
-				break
-			}
-			br.Discard(1)
-		}
+		skipEmptyLine(br)
 		if _, err := br.Peek(1); err != nil {
 			return out
 		}
@@ -186,6 +178,7 @@ func requestMethods(in []byte) []string {
 	br := bufio.NewReader(bytes.NewReader(in))
 	var ms []string
 	for {
+		skipEmptyLine(br)
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			return ms
@@ -194,5 +187,17 @@ func requestMethods(in []byte) []string {
 		if _, err := io.Copy(io.Discard, req.Body); err != nil {
 			return ms
 		}
+	}
+}
+
+// skipEmptyLine skips what the server ignores before a request: up to two
+// CR or LF bytes (serveOne: a client may end a body with an extra CRLF),
+// which http.ReadRequest would take for an empty request line.
+func skipEmptyLine(br *bufio.Reader) {
+	for i := 0; i < 2; i++ {
+		if b, err := br.Peek(1); err != nil || b[0] != '\r' && b[0] != '\n' {
+			return
+		}
+		br.Discard(1)
 	}
 }
