@@ -84,6 +84,11 @@ func TestFencingAcrossCrashes(t *testing.T) {
 		ackCount atomic.Int64
 		wg       sync.WaitGroup
 	)
+	zombieN := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return zombies
+	}
 	retry := func() bool { // back off after an error; false once the run is over
 		select {
 		case <-run.Done():
@@ -239,7 +244,7 @@ func TestFencingAcrossCrashes(t *testing.T) {
 			case <-ctx.Done():
 				stop()
 				wg.Wait()
-				t.Fatalf("gave up waiting for %s (%d writes accepted, %d zombies refused)", what, ackCount.Load(), zombieCount(&mu, &zombies))
+				t.Fatalf("gave up waiting for %s (%d writes accepted, %d zombies refused)", what, ackCount.Load(), zombieN())
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
@@ -253,7 +258,7 @@ func TestFencingAcrossCrashes(t *testing.T) {
 	}
 	final := int64((crashes + 1) * ackPerCrash)
 	progress("progress after the last restart", func() bool {
-		return ackCount.Load() >= final && zombieCount(&mu, &zombies) >= zombiesMin
+		return ackCount.Load() >= final && zombieN() >= zombiesMin
 	})
 	stop()
 	wg.Wait()
@@ -299,10 +304,4 @@ func TestFencingAcrossCrashes(t *testing.T) {
 	}
 	t.Logf("%d crashes; %d fenced writes accepted and all there after them, %d refused (%d of them zombies'), lock index reached %d",
 		crashes, len(acked), len(refused), zombies, lastIdx)
-}
-
-func zombieCount(mu *sync.Mutex, n *int) int {
-	mu.Lock()
-	defer mu.Unlock()
-	return *n
 }
