@@ -153,16 +153,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# free_port sets PORT to a port on 127.0.0.1 that nothing answers on and
-# that this script has not handed out before.
-USED_PORTS=" "
 # Ports are drawn below the kernel's range for outgoing connections: a port
 # in it that is free to connect to can still be the local end of one of the
 # load generators' connections a moment later, and a server started on it
-# then fails to bind (seen: a holdfast restart in sessions-keepalive, and a
-# ZooKeeper start, each lost a target for the rest of a run).
+# then fails to bind (seen: a holdfast restart in sessions-keepalive lost
+# holdfast for the rest of a run).
 EPHEMERAL_LOW=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 ((EPHEMERAL_LOW > 12000)) || EPHEMERAL_LOW=32768
+# free_port sets PORT to a port on 127.0.0.1 that nothing answers on and
+# that this script has not handed out before.
+USED_PORTS=" "
 free_port() {
 	local p
 	for _ in $(seq 1 200); do
