@@ -77,17 +77,16 @@ func TestFencingAcrossCrashes(t *testing.T) {
 		key, val string
 	}
 	var (
-		mu       sync.Mutex
-		acked    []write  // answered true
-		refused  []string // keys of writes answered false
-		zombies  int      // zombie writes refused
-		ackCount atomic.Int64
-		wg       sync.WaitGroup
+		mu      sync.Mutex
+		acked   []write  // answered true
+		refused []string // keys of writes answered false
+		zombies int      // zombie writes refused
+		wg      sync.WaitGroup
 	)
-	zombieN := func() int {
+	counts := func() (acks, zombieRefusals int) {
 		mu.Lock()
 		defer mu.Unlock()
-		return zombies
+		return len(acked), zombies
 	}
 	retry := func() bool { // back off after an error; false once the run is over
 		select {
@@ -140,14 +139,14 @@ func TestFencingAcrossCrashes(t *testing.T) {
 		}
 		return seq, false
 	}
-	// fenced writes one resource key under seq and records the answer;
-	// it returns whether the write was accepted, and false also when the
-	// answer was lost (the agent died with it in flight).
-	fenced := func(seq hapi.Sequencer, key string, zombie bool) bool {
+	// fenced writes one resource key under seq and records the answer; a
+	// write whose answer was lost (the agent died with it in flight) is
+	// recorded as neither.
+	fenced := func(seq hapi.Sequencer, key string, zombie bool) {
 		val := fmt.Sprintf("%s/%d", seq.Session, seq.LockIndex)
 		ok, _, err := c.KV().PutFenced(run, &hapi.KVPair{Key: key, Value: []byte(val)}, seq, nil)
 		if err != nil {
-			return false
+			return
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -156,14 +155,12 @@ func TestFencingAcrossCrashes(t *testing.T) {
 			t.Errorf("zombie write %s under %+v accepted after its session was gone", key, seq)
 		case ok:
 			acked = append(acked, write{key, val})
-			ackCount.Add(1)
 		case zombie:
 			refused = append(refused, key)
 			zombies++
 		default:
 			refused = append(refused, key)
 		}
-		return ok
 	}
 
 	for h := 0; h < honest; h++ {
@@ -244,21 +241,23 @@ func TestFencingAcrossCrashes(t *testing.T) {
 			case <-ctx.Done():
 				stop()
 				wg.Wait()
-				t.Fatalf("gave up waiting for %s (%d writes accepted, %d zombies refused)", what, ackCount.Load(), zombieN())
+				acks, zs := counts()
+				t.Fatalf("gave up waiting for %s (%d writes accepted, %d zombies refused)", what, acks, zs)
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
 	}
 	for i := 1; i <= crashes; i++ {
-		want := int64(i * ackPerCrash)
-		progress(fmt.Sprintf("%d accepted writes before crash %d", want, i), func() bool { return ackCount.Load() >= want })
+		want := i * ackPerCrash
+		progress(fmt.Sprintf("%d accepted writes before crash %d", want, i), func() bool { acks, _ := counts(); return acks >= want })
 		a.kill()
 		a = startAgent(t, opts)
 		setCur(a)
 	}
-	final := int64((crashes + 1) * ackPerCrash)
+	final := (crashes + 1) * ackPerCrash
 	progress("progress after the last restart", func() bool {
-		return ackCount.Load() >= final && zombieN() >= zombiesMin
+		acks, zs := counts()
+		return acks >= final && zs >= zombiesMin
 	})
 	stop()
 	wg.Wait()

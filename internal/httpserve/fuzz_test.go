@@ -87,6 +87,8 @@ func expectedAnswers(in []byte) []answer {
 	br := bufio.NewReader(bytes.NewReader(in))
 	var out []answer
 	for {
+		// What the server ignores before a request, which
+		// http.ReadRequest would take for an empty request line.
 		skipEmptyLine(br)
 		if _, err := br.Peek(1); err != nil {
 			return out
@@ -187,17 +189,5 @@ func requestMethods(in []byte) []string {
 		if _, err := io.Copy(io.Discard, req.Body); err != nil {
 			return ms
 		}
-	}
-}
-
-// skipEmptyLine skips what the server ignores before a request: up to two
-// CR or LF bytes (serveOne: a client may end a body with an extra CRLF),
-// which http.ReadRequest would take for an empty request line.
-func skipEmptyLine(br *bufio.Reader) {
-	for i := 0; i < 2; i++ {
-		if b, err := br.Peek(1); err != nil || b[0] != '\r' && b[0] != '\n' {
-			return
-		}
-		br.Discard(1)
 	}
 }

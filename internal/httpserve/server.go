@@ -282,14 +282,7 @@ func (c *conn) serveOne() bool {
 	} else if s.IdleTimeout > 0 {
 		c.nc.SetReadDeadline(time.Time{})
 	}
-	// A client may end a request's body with an extra CRLF (RFC 9112
-	// section 2.2: ignore at least one empty line before a request).
-	for i := 0; i < 2; i++ {
-		if b, err := c.br.Peek(1); err != nil || b[0] != '\r' && b[0] != '\n' {
-			break
-		}
-		c.br.Discard(1)
-	}
+	skipEmptyLine(c.br)
 	req, fast, err := readRequest(c.br)
 	c.cr.limit = -1
 	if s.ReadHeaderTimeout > 0 {
@@ -416,6 +409,18 @@ func (c *conn) serveOne() bool {
 		c.body = nil
 	}
 	return !w.closeAfter && !req.Close
+}
+
+// skipEmptyLine skips up to two CR or LF bytes before a request: a client
+// may end a request's body with an extra CRLF (RFC 9112 section 2.2:
+// ignore at least one empty line before a request).
+func skipEmptyLine(br *bufio.Reader) {
+	for i := 0; i < 2; i++ {
+		if b, err := br.Peek(1); err != nil || b[0] != '\r' && b[0] != '\n' {
+			return
+		}
+		br.Discard(1)
+	}
 }
 
 // invalidHeader says what is wrong with h's first invalid field name or
