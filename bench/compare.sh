@@ -54,7 +54,8 @@ usage: bench/compare.sh [options]
             both float over all CPUs
   -R FILES  only print the table for result lines saved earlier with -o;
             several comma-separated files are pooled (their runs add up)
-Environment: HOLDFAST_ARGS adds flags to 'holdfast agent'.
+Environment: HOLDFAST_ARGS adds flags to 'holdfast agent'; GEN_ENV sets
+variables (NAME=VALUE ...) for every load generator and no server.
 EOF
 }
 
@@ -85,6 +86,15 @@ if ((PIN)); then
 	command -v taskset >/dev/null || { echo "compare.sh: -p needs taskset (util-linux)" >&2; exit 2; }
 	(($(nproc) >= 2)) || { echo "compare.sh: -p needs two CPUs" >&2; exit 2; }
 	ON_SRV=(taskset -c 0) ON_GEN=(taskset -c 1)
+fi
+# GEN_ENV: environment for the load generators alone (every target's alike),
+# e.g. GEN_ENV='GOGC=off GOMEMLIMIT=1GiB'; the servers do not see it.
+if [[ -n ${GEN_ENV:-} ]]; then
+	read -r -a genenv <<<"$GEN_ENV"
+	for kv in "${genenv[@]}"; do
+		[[ $kv =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || { echo "compare.sh: GEN_ENV: want NAME=VALUE words, not '$kv'" >&2; exit 2; }
+	done
+	ON_GEN=(env "${genenv[@]}" "${ON_GEN[@]}")
 fi
 
 [[ $OFFERED =~ ^[0-9]+$ ]] || { echo "compare.sh: -q: want a whole number of ops per second, not '$OFFERED'" >&2; exit 2; }
@@ -366,6 +376,7 @@ header() {
 		local how=""
 		((PIN)) && how="; servers on CPU 0, load generators on CPU 1"
 		[[ $OFFERED != 0 ]] && how="$how; put and get-consistent offered $OFFERED ops/s"
+		[[ -n ${GEN_ENV:-} ]] && how="$how; load generators with $GEN_ENV"
 		echo "holdfast vs peers: median of $RUNS runs, ${DURATION} each (sessions-keepalive: $KA_DURATION)$how"
 		return
 	fi

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func TestRunPrintsAndExits(t *testing.T) {
 		stderr   []string
 		noStderr string
 	}{
-		{name: "ok", ops: 3, code: 0, stdout: []string{"result target=t workload=put clients=2 ", " ops=3 errors=2 ", `{"target":"t",`},
+		{name: "ok", ops: 3, code: 0, stdout: []string{"result target=t workload=put clients=2 ", " ops=3 errors=2 ", " gen_gcs=", `{"target":"t",`},
 			stderr: []string{"error: op: e1\n"}},
 		{name: "nothing done", ops: 0, code: 1, stdout: []string{" ops=0 "}, stderr: []string{"kit: no operation succeeded\n"}},
 		{name: "failed", ops: 5, err: errors.New("boom"), code: 1, stdout: []string{" ops=5 "}, stderr: []string{"kit: boom\n"}},
@@ -82,5 +83,42 @@ func TestRunPrintsAndExits(t *testing.T) {
 				t.Errorf("stderr %q has %q", errb.String(), c.noStderr)
 			}
 		})
+	}
+}
+
+func TestSetGenHeap(t *testing.T) {
+	pct := debug.SetGCPercent(100)
+	limit := debug.SetMemoryLimit(-1) // a negative limit only reads it
+	t.Cleanup(func() {
+		debug.SetGCPercent(pct)
+		debug.SetMemoryLimit(limit)
+	})
+	env := func(vars map[string]string) func(string) string {
+		return func(k string) string { return vars[k] }
+	}
+	for _, c := range []struct {
+		name string
+		mib  int
+		vars map[string]string
+	}{
+		{"off", 0, nil},
+		{"GOGC set", 64, map[string]string{"GOGC": "200"}},
+		{"GOMEMLIMIT set", 64, map[string]string{"GOMEMLIMIT": "1GiB"}},
+	} {
+		if setGenHeap(c.mib, env(c.vars)) {
+			t.Errorf("%s: setGenHeap changed the collector", c.name)
+		}
+		if got := debug.SetGCPercent(100); got != 100 {
+			t.Errorf("%s: GOGC became %d", c.name, got)
+		}
+	}
+	if !setGenHeap(64, env(nil)) {
+		t.Fatal("setGenHeap(64) with a clean environment did nothing")
+	}
+	if got := debug.SetMemoryLimit(-1); got != 64<<20 {
+		t.Errorf("memory limit %d, want %d", got, 64<<20)
+	}
+	if got := debug.SetGCPercent(100); got != -1 {
+		t.Errorf("GOGC %d, want -1 (off)", got)
 	}
 }

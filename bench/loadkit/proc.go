@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/metrics"
 	"strconv"
 	"time"
 )
@@ -97,8 +98,10 @@ func mib(kib int64) float64 { return float64(kib) / 1024 }
 // ProcWatch samples the server process given with -pid around a measured
 // phase and adds the fields to a Result: rss_before_mib (at the start of the
 // run), rss_after_mib, rss_delta_mib, and cpu_pct over the measured phase.
-// With pid 0 it does nothing.
+// It always adds gen_gcs, the load generator's own garbage collections from
+// the start of the measured phase to the result; with pid 0 nothing else.
 type ProcWatch struct {
+	gcStart       uint64 // the generator's own collections before the measured phase
 	pid           int
 	before, start procSample
 	okBefore      bool
@@ -123,6 +126,7 @@ func NewProcWatch(pid int, el *ErrLog) *ProcWatch {
 
 // MeasureStart marks the start of the measured phase.
 func (p *ProcWatch) MeasureStart() {
+	p.gcStart = gcCycles()
 	if p.pid <= 0 {
 		return
 	}
@@ -136,6 +140,7 @@ func (p *ProcWatch) MeasureStart() {
 
 // Finish samples again and appends the fields to r.
 func (p *ProcWatch) Finish(r *Result) {
+	r.Int("gen_gcs", int64(gcCycles()-p.gcStart))
 	if p.pid <= 0 || !p.okBefore || !p.okStart {
 		return
 	}
@@ -149,4 +154,14 @@ func (p *ProcWatch) Finish(r *Result) {
 	r.Float("rss_after_mib", mib(s.rssKiB), 1)
 	r.Float("rss_delta_mib", mib(s.rssKiB-p.before.rssKiB), 1)
 	r.Float("cpu_pct", cpuPercent(p.start, s), 1)
+}
+
+// gcCycles is how many garbage collections this process has completed.
+func gcCycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }

@@ -3,6 +3,8 @@ package loadkit
 import (
 	"math"
 	"os"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -32,5 +34,24 @@ func TestParseProcFiles(t *testing.T) {
 	s, err := sampleProc(os.Getpid())
 	if err != nil || s.rssKiB <= 0 {
 		t.Fatalf("sampleProc(self) = %+v, %v", s, err)
+	}
+}
+
+func TestProcWatchCountsGeneratorGCs(t *testing.T) {
+	pw := NewProcWatch(0, &ErrLog{})
+	pw.MeasureStart()
+	runtime.GC()
+	runtime.GC()
+	var r Result
+	pw.Finish(&r)
+	f := r.Fields()
+	var got string
+	for _, x := range f {
+		if x.Key == "gen_gcs" {
+			got = x.Val
+		}
+	}
+	if n, err := strconv.Atoi(got); err != nil || n < 2 {
+		t.Fatalf("gen_gcs %q after two collections, want at least 2 (fields %v)", got, f)
 	}
 }
