@@ -64,6 +64,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		gossipProf = fs.String("gossip-profile", "lan", "failure detector timing: lan, or fast (for tests on one machine)")
 		httpLoop   = fs.String("http-server", "holdfast", "HTTP server: holdfast (each request on its connection's goroutine) or stdlib (net/http's Server: a fallback that costs 10-20 % more CPU per request)")
 		gcFloor    = fs.Uint("gc-floor", 8, "MiB the heap may grow by between garbage collections at least, while the live heap is small (0: GOGC alone)")
+		gcBusy     = fs.Uint("gc-floor-busy", 64, "MiB the floor may rise to while the agent is busy: it follows what the agent allocates in a quarter of a second, and is back at -gc-floor within a second of the load ending (at most -gc-floor: a fixed floor)")
 		joins      stringList
 	)
 	fs.Var(&joins, "join", "gossip `address` (host:port) of an agent whose pool to join; may be repeated; retried until it works")
@@ -98,7 +99,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		}
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "holdfast", Level: level, Output: stdio.Err})
-	defer startHeapFloor(uint64(*gcFloor) << 20)()
+	defer startHeapFloor(uint64(*gcFloor)<<20, uint64(*gcBusy)<<20)()
 	if !*isServer {
 		return runClientAgent(ctx, stdio, clientOptions{node: *node, datacenter: *dc, httpAddr: *httpAddr, gossip: gopts,
 			logger: logger, dataDir: dir})

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"math"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -85,5 +87,109 @@ func TestHeapFloorFollowsCollections(t *testing.T) {
 	defer h.mu.Unlock()
 	if len(sets) == 0 || sets[0] != 10000 {
 		t.Fatalf("a floor of 1 TiB set %v, want the cap 10000", sets)
+	}
+}
+
+func TestBusyFloor(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		rate        float64
+		least, most uint64
+		want        uint64
+	}{
+		{0, 8 * mib, 64 * mib, 8 * mib},
+		{16 * mib, 8 * mib, 64 * mib, 8 * mib},   // a quarter second is 4 MiB: the least
+		{128 * mib, 8 * mib, 64 * mib, 32 * mib}, // a quarter second of it
+		{1 << 40, 8 * mib, 64 * mib, 64 * mib},   // the most
+		{128 * mib, 8 * mib, 8 * mib, 8 * mib},   // most = least: fixed
+		{128 * mib, 8 * mib, 0, 8 * mib},         // no most: fixed
+		{math.NaN(), 8 * mib, 64 * mib, 8 * mib},
+		{math.Inf(1), 8 * mib, 64 * mib, 64 * mib},
+	} {
+		if got := busyFloor(c.rate, c.least, c.most); got != c.want {
+			t.Errorf("busyFloor(%g, %d, %d) = %d, want %d", c.rate, c.least, c.most, got, c.want)
+		}
+	}
+}
+
+func TestHeapFloorTick(t *testing.T) {
+	const mib = 1 << 20
+	var allocs uint64
+	var sets []int
+	collected := 0
+	h := &heapFloor{floor: 8 * mib, most: 64 * mib, base: 100, cur: 100,
+		live:    func() uint64 { return 4 * mib },
+		allocs:  func() uint64 { return allocs },
+		set:     func(p int) int { sets = append(sets, p); return 0 },
+		collect: func() { collected++ }}
+	h.adjust() // as startHeapFloor does: the least floor, 4 + 8 MiB
+	if len(sets) != 1 || sets[0] != 200 {
+		t.Fatalf("start set %v, want [200]", sets)
+	}
+	allocs += 128 * mib // 128 MiB/s: a quarter of a second is 32 MiB
+	if !h.tick(time.Second) || sets[len(sets)-1] != 800 {
+		t.Fatalf("busy tick set %v, want 800 last", sets)
+	}
+	allocs += 1024 * mib // 2 GiB/s over half a second: the most, 64 MiB
+	h.tick(time.Second / 2)
+	if sets[len(sets)-1] != 1600 || collected != 0 {
+		t.Fatalf("busier tick set %v (collected %d), want 1600 last and no collection", sets, collected)
+	}
+	allocs += mib // the load has ended
+	h.tick(time.Second)
+	if sets[len(sets)-1] != 200 || collected != 1 {
+		t.Fatalf("quiet tick set %v, collected %d; want 200 last and one collection", sets, collected)
+	}
+	n := len(sets)
+	h.tick(time.Second) // still quiet: nothing to change or give back
+	if len(sets) != n || collected != 1 {
+		t.Fatalf("a second quiet tick set %v, collected %d", sets[n:], collected)
+	}
+	allocs += 40 * mib // 40 MiB/s: 10 MiB, less than twice the least floor
+	h.tick(time.Second)
+	h.tick(time.Second)
+	if collected != 1 {
+		t.Fatalf("a small rise and fall collected %d times, want still 1", collected)
+	}
+	h.halt()
+	if h.tick(time.Second) {
+		t.Fatal("tick reports running after halt")
+	}
+}
+
+// TestHeapFloorFollowTicks checks that follow ticks the floor on its period
+// and returns once done is closed.
+func TestHeapFloorFollowTicks(t *testing.T) {
+	seen := make(chan struct{}, 16)
+	var allocs atomic.Uint64
+	h := &heapFloor{floor: 1 << 20, most: 1 << 30, base: 100, cur: 100,
+		live:   func() uint64 { return 1 << 20 },
+		allocs: func() uint64 { return allocs.Add(1 << 20) },
+		set:    func(p int) int { return 0 },
+		seen: func() {
+			select {
+			case seen <- struct{}{}:
+			default:
+			}
+		}}
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		h.follow(done, time.Millisecond)
+		close(exited)
+	}()
+	deadline := time.After(30 * time.Second) // a failure guard, not a timing assertion
+	for n := 0; n < 2; n++ {
+		select {
+		case <-seen:
+		case <-deadline:
+			t.Fatalf("follow ticked %d times", n)
+		}
+	}
+	close(done)
+	select {
+	case <-exited:
+	case <-deadline:
+		t.Fatal("follow did not return after done was closed")
 	}
 }
