@@ -80,6 +80,9 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	if *httpLoop != "holdfast" && *httpLoop != "stdlib" {
 		return &ExitError{Code: 1, Msg: fmt.Sprintf("agent: -http-server must be holdfast or stdlib, not %q", *httpLoop)}
 	}
+	if *gcFloor > maxFloorMiB || *gcBusy > maxFloorMiB {
+		return &ExitError{Code: 1, Msg: fmt.Sprintf("agent: -gc-floor and -gc-floor-busy are MiB, at most %d (1 TiB); got %d and %d", maxFloorMiB, *gcFloor, *gcBusy)}
+	}
 	level := hclog.LevelFromString(*logLevel)
 	if level == hclog.NoLevel {
 		return &ExitError{Code: 1, Msg: fmt.Sprintf("agent: unknown -log-level %q: use trace, debug, info, warn or error", *logLevel)}

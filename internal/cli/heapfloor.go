@@ -52,6 +52,10 @@ func floorPercent(live, floor uint64, base int) int {
 	return int(p)
 }
 
+// maxFloorMiB bounds -gc-floor and -gc-floor-busy, so that their bytes
+// (MiB << 20) cannot wrap around.
+const maxFloorMiB = 1 << 20
+
 // busyInterval is how far apart a busy agent's collections are aimed to
 // be: the floor is what the agent allocates in that time, between the
 // least and the most floor.

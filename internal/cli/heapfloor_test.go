@@ -3,6 +3,7 @@ package cli
 import (
 	"math"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -191,5 +192,17 @@ func TestHeapFloorFollowTicks(t *testing.T) {
 	case <-exited:
 	case <-deadline:
 		t.Fatal("follow did not return after done was closed")
+	}
+}
+
+func TestAgentRefusesFloorsTooLarge(t *testing.T) {
+	for _, args := range [][]string{
+		{"agent", "-dev", "-gc-floor", "1048577"},
+		{"agent", "-dev", "-gc-floor-busy", "18446744073709551615"},
+	} {
+		_, errOut, code := caRun(t, nil, "", args...)
+		if code != 1 || !strings.Contains(errOut, "at most 1048576 (1 TiB)") {
+			t.Errorf("%v: exit %d, stderr %q; want 1 and the limit", args, code, errOut)
+		}
 	}
 }
