@@ -227,23 +227,29 @@ func armFloor(h *heapFloor) {
 // gcPercent reads GOGC's per cent as the runtime has it (-1 for off),
 // without setting it.
 func gcPercent() int {
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
+	v, ok := uint64Metric("/gc/gogc:percent")
+	if !ok {
 		return 100
 	}
-	return int(int64(s[0].Value.Uint64()))
+	return int(int64(v))
+}
+
+// uint64Metric reads one runtime metric of kind uint64; ok is false if
+// this runtime does not have it.
+func uint64Metric(name string) (v uint64, ok bool) {
+	s := []metrics.Sample{{Name: name}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0, false
+	}
+	return s[0].Value.Uint64(), true
 }
 
 // heapAllocs reads the bytes allocated on the heap since the process
 // started.
 func heapAllocs() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
-	}
-	return s[0].Value.Uint64()
+	v, _ := uint64Metric("/gc/heap/allocs:bytes")
+	return v
 }
 
 // liveHeap reads what the collector's goal grows from: the bytes marked
