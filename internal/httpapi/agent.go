@@ -474,11 +474,16 @@ func (h *handler) agentServices(w http.ResponseWriter, r *http.Request, _ string
 	return writeJSON(w, r, out)
 }
 
-// refuseFilter answers 400 to ?filter: holdfast does not evaluate filter
-// expressions, and ignoring one would return what the client excluded.
+// refuseFilter answers 400 to ?filter and ?node-meta: holdfast does not
+// evaluate filter expressions or match node metadata, and ignoring either
+// would return what the client excluded.
 func refuseFilter(r *http.Request) error {
-	if f := r.URL.Query().Get("filter"); strings.TrimSpace(f) != "" {
+	q := r.URL.Query()
+	if f := q.Get("filter"); strings.TrimSpace(f) != "" {
 		return invalidf("Filter expressions (?filter=) are not supported by holdfast")
+	}
+	if _, ok := q["node-meta"]; ok {
+		return invalidf("Node metadata filters (?node-meta=) are not supported by holdfast")
 	}
 	return nil
 }

@@ -194,6 +194,13 @@ func (h *handler) withDatacenter(n *state.Node) *state.Node {
 	return &nn
 }
 
+// catalogDatacenters lists the datacenters this server knows: its own,
+// since holdfast serves one. Like Consul's, the answer is not a blocking
+// read and carries no index.
+func (h *handler) catalogDatacenters(w http.ResponseWriter, r *http.Request, _ string) error {
+	return writeJSON(w, r, []string{h.b.Datacenter()})
+}
+
 func (h *handler) catalogNodes(w http.ResponseWriter, r *http.Request, _ string) error {
 	ro, err := h.parseRead(r.URL.Query())
 	if err != nil {

@@ -109,6 +109,7 @@ func New(b Backend, opts Options) http.Handler {
 
 	h.handle("/v1/catalog/register", false, "PUT", h.catalogRegister)
 	h.handle("/v1/catalog/deregister", false, "PUT", h.catalogDeregister)
+	h.handle("/v1/catalog/datacenters", false, "GET", h.catalogDatacenters)
 	h.handle("/v1/catalog/nodes", false, "GET", h.catalogNodes)
 	h.handle("/v1/catalog/node", true, "GET", h.catalogNode)
 	h.handle("/v1/health/node", true, "GET", h.healthNode)

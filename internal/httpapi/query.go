@@ -11,14 +11,53 @@ import (
 )
 
 // queryBody is the body of POST /v1/query and PUT /v1/query/<id>: the parts
-// of Consul's PreparedQuery that holdfast keeps. Other fields are ignored,
-// except a template, which would change what the query means.
+// of Consul's PreparedQuery that holdfast keeps, and those it refuses (see
+// unsupported). Other fields (DNS, Namespace, Partition, ...) are ignored:
+// they would not change which nodes a query returns here.
 type queryBody struct {
 	Name     string
 	Session  string
 	Token    string
-	Service  state.ServiceQuery
+	Service  serviceQueryBody
 	Template struct{ Type string }
+}
+
+// serviceQueryBody is a query's Service: state.ServiceQuery and the
+// filters of Consul's that holdfast does not apply.
+type serviceQueryBody struct {
+	state.ServiceQuery
+	NodeMeta       map[string]string
+	ServiceMeta    map[string]string
+	IgnoreCheckIDs []string
+	Connect        bool
+	Peer           string
+	SamenessGroup  string
+}
+
+// unsupported names the first field of q that asks for something holdfast
+// does not do, or returns "". Such a query is refused rather than stored
+// without the field: executed, it would return nodes the field excludes
+// (NodeMeta, ServiceMeta), leave out nodes it keeps (IgnoreCheckIDs), or
+// ask for instances or clusters holdfast does not have (Connect, Peer,
+// SamenessGroup). Failover is accepted: with one datacenter there is
+// nothing to fail over to, in Consul as here. The Go client sends every
+// field; their zero values are accepted.
+func (q *serviceQueryBody) unsupported() string {
+	switch {
+	case len(q.NodeMeta) > 0:
+		return "Service.NodeMeta"
+	case len(q.ServiceMeta) > 0:
+		return "Service.ServiceMeta"
+	case len(q.IgnoreCheckIDs) > 0:
+		return "Service.IgnoreCheckIDs"
+	case q.Connect:
+		return "Service.Connect"
+	case q.Peer != "":
+		return "Service.Peer"
+	case q.SamenessGroup != "":
+		return "Service.SamenessGroup"
+	}
+	return ""
 }
 
 func (h *handler) decodeQuery(r *http.Request) (*state.PreparedQuery, error) {
@@ -39,7 +78,10 @@ func (h *handler) decodeQuery(r *http.Request) (*state.PreparedQuery, error) {
 	if in.Service.Service == "" {
 		return nil, invalidf("Must provide a Service name to query")
 	}
-	return &state.PreparedQuery{Name: in.Name, Session: in.Session, Token: in.Token, Service: in.Service}, nil
+	if f := in.Service.unsupported(); f != "" {
+		return nil, invalidf("Prepared query field %s is not supported by holdfast: the query would not return what it asks for", f)
+	}
+	return &state.PreparedQuery{Name: in.Name, Session: in.Session, Token: in.Token, Service: in.Service.ServiceQuery}, nil
 }
 
 // refuseNameAliasingID refuses a query name that is the ID of another

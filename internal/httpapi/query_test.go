@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -139,4 +140,53 @@ func wantFence(t *testing.T, e *env, url string, valid bool, session string, loc
 		t.Fatalf("GET %s: %s, want Valid %v, Session %q, LockIndex %d", url, r.Body, valid, session, lockIndex)
 	}
 	return r
+}
+
+// Finding: a query's NodeMeta, ServiceMeta and IgnoreCheckIDs were dropped
+// without a word, so executing it returned the nodes the query excluded.
+// Fields holdfast cannot apply are refused; their zero values, which
+// Consul's Go client always sends, and Failover (nothing to fail over to in
+// one datacenter) are accepted.
+func TestPreparedQueryRefusesFieldsItCannotApply(t *testing.T) {
+	e := newEnv(t)
+	for field, service := range map[string]string{
+		"Service.NodeMeta":       `"NodeMeta":{"rack":"b"}`,
+		"Service.ServiceMeta":    `"ServiceMeta":{"ver":"2"}`,
+		"Service.IgnoreCheckIDs": `"IgnoreCheckIDs":["ec"]`,
+		"Service.Connect":        `"Connect":true`,
+		"Service.Peer":           `"Peer":"other"`,
+		"Service.SamenessGroup":  `"SamenessGroup":"g"`,
+	} {
+		e.do("POST", "/v1/query", `{"Name":"q","Service":{"Service":"api",`+service+`}}`).
+			want(t, 400, "Prepared query field "+field+" is not supported by holdfast: the query would not return what it asks for")
+	}
+	e.do("GET", "/v1/query", "").want(t, 200, "[]")
+
+	// What api.PreparedQueryDefinition{} encodes to, with a service name.
+	zero := `{"ID":"","Name":"q","Session":"","Token":"","Service":{"Service":"api","SamenessGroup":"","Failover":{"NearestN":2,"Datacenters":null,"Targets":null},
+		"IgnoreCheckIDs":null,"OnlyPassing":false,"Near":"","Tags":null,"NodeMeta":null,"ServiceMeta":null,"Connect":false,"Peer":""},
+		"DNS":{"TTL":""},"Template":{"Type":"","Regexp":"","RemoveEmptyTags":false}}`
+	var created struct{ ID string }
+	e.do("POST", "/v1/query", zero).want(t, 200, "*").json(t, &created)
+	e.do("PUT", "/v1/query/"+created.ID, strings.Replace(zero, `"NodeMeta":null`, `"NodeMeta":{"a":"b"}`, 1)).
+		want(t, 400, "Prepared query field Service.NodeMeta is not supported by holdfast: the query would not return what it asks for")
+}
+
+// Finding: ?node-meta on catalog and health reads was ignored, so the
+// answer held nodes without the metadata asked for. It is refused, as
+// ?filter is.
+func TestNodeMetaFilterRefused(t *testing.T) {
+	e := newEnv(t)
+	for _, path := range []string{"/v1/catalog/nodes", "/v1/catalog/services", "/v1/catalog/service/web", "/v1/health/service/web"} {
+		e.do("GET", path+"?node-meta=rack:b", "").want(t, 400, "Node metadata filters (?node-meta=) are not supported by holdfast")
+		e.do("GET", path, "").want(t, 200, "*")
+	}
+}
+
+// Finding: /v1/catalog/datacenters was not served, so the Go client's
+// Catalog().Datacenters() failed.
+func TestCatalogDatacenters(t *testing.T) {
+	e := newEnv(t)
+	e.do("GET", "/v1/catalog/datacenters", "").want(t, 200, `["dc1"]`)
+	e.do("PUT", "/v1/catalog/datacenters", "").want(t, 405, "method PUT not allowed")
 }

@@ -155,6 +155,9 @@ func (s *Server) SessionCreate(ctx context.Context, in *state.Session) (string, 
 	if sess.Node == "" {
 		sess.Node = s.cfg.NodeName
 	}
+	if err := checkSessionNames(&sess); err != nil {
+		return "", err
+	}
 	switch sess.Behavior {
 	case "":
 		sess.Behavior = state.BehaviorRelease
@@ -227,11 +230,17 @@ func (s *Server) SessionRenew(ctx context.Context, id string) (*state.Session, e
 
 // Register applies a catalog registration.
 func (s *Server) Register(ctx context.Context, req *state.RegisterRequest) error {
+	if err := checkRegisterNames(req); err != nil {
+		return err
+	}
 	return resultErr(s.apply(fsm.TypeRegister, req))
 }
 
 // Deregister applies a catalog deregistration.
 func (s *Server) Deregister(ctx context.Context, req *state.DeregisterRequest) error {
+	if err := checkDeregisterNames(req); err != nil {
+		return err
+	}
 	return resultErr(s.apply(fsm.TypeDeregister, req))
 }
 
@@ -257,6 +266,9 @@ func (s *Server) QuerySet(ctx context.Context, q *state.PreparedQuery) (string, 
 	if err := s.ready(); err != nil {
 		return "", err
 	}
+	if err := checkQueryNames(q); err != nil {
+		return "", err
+	}
 	nq := *q
 	if nq.ID == "" {
 		id, err := newID()
@@ -266,6 +278,10 @@ func (s *Server) QuerySet(ctx context.Context, q *state.PreparedQuery) (string, 
 		nq.ID = id
 	} else if _, old := s.State().QueryGet(nil, nq.ID); old == nil {
 		return "", fmt.Errorf("%w: Cannot modify non-existent prepared query: '%s'", state.ErrQueryNotFound, nq.ID)
+	} else {
+		// The state machine refuses the update if this query is gone
+		// by the time it applies (its session invalidated meanwhile).
+		nq.CreateIndex = old.CreateIndex
 	}
 	if err := resultErr(s.apply(fsm.TypeQuerySet, &nq)); err != nil {
 		return "", err

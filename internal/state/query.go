@@ -35,6 +35,13 @@ func (tx *wtx) querySet(q *PreparedQuery) error {
 	nq.CreateIndex, nq.ModifyIndex = tx.idx, tx.idx
 	raw, err := tx.First(tabQueries, "id", q.ID)
 	must(err)
+	if q.CreateIndex != 0 && (raw == nil || raw.(*PreparedQuery).CreateIndex != q.CreateIndex) {
+		// An update (it names the query it read) of a query that is gone:
+		// deleted, or taken by its session's invalidation, since the
+		// leader looked. Recreating it would bring back what the
+		// invalidation removed.
+		return fmt.Errorf("%w: Cannot modify non-existent prepared query: '%s'", ErrQueryNotFound, q.ID)
+	}
 	if raw != nil {
 		nq.CreateIndex = raw.(*PreparedQuery).CreateIndex
 	}
