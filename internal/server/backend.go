@@ -223,7 +223,19 @@ func (s *Server) SessionRenew(ctx context.Context, id string) (*state.Session, e
 		return nil, fmt.Errorf("%w: Session id '%s' not found", state.ErrSessionNotFound, id)
 	}
 	if d := s.timerFor(sess); d > 0 {
-		s.timers.Reset(id, d)
+		// Under expMu: a session whose expiry has begun is as good as
+		// gone (see onSessionExpired).
+		s.expMu.Lock()
+		_, expiring := s.expiring[id]
+		if !expiring {
+			s.timers.Reset(id, d)
+		}
+		s.expMu.Unlock()
+		if expiring {
+			// Consul's words for a session that is gone; its TTL ran
+			// out before this renewal reached the leader.
+			return nil, fmt.Errorf("%w: Session id '%s' not found", state.ErrSessionNotFound, id)
+		}
 	}
 	return sess, nil
 }

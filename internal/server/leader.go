@@ -212,10 +212,29 @@ func (s *Server) storedSessionID(id string) string {
 // to try once more a little later, for as long as this server leads: the
 // timers belong to the term, so a retry never outlives it, and a session
 // whose TTL ran out is never left without one.
+//
+// A renewal and an expiry of the same session are ordered by s.expMu. If
+// the renewal comes first, it has reset the timer, and the expiry, finding
+// it pending again, does nothing. If the expiry comes first, the session
+// is marked expiring until its destroy is through, and a renewal meanwhile
+// answers that the session is not found, rather than a 200 that the
+// destroy would make a lie a moment later.
 func (s *Server) onSessionExpired(id string) {
+	s.expMu.Lock()
+	if s.timers.Pending(id) {
+		s.expMu.Unlock()
+		return // renewed after this deadline fired: the renewal won
+	}
+	s.expiring[id] = struct{}{}
+	s.expMu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer func() {
+			s.expMu.Lock()
+			delete(s.expiring, id)
+			s.expMu.Unlock()
+		}()
 		if _, sess := s.State().SessionGet(nil, id); sess == nil {
 			return // already invalidated another way (destroy, check, node)
 		}

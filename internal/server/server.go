@@ -161,6 +161,11 @@ type Server struct {
 
 	serf *serfState // gossip; nil without Config.Gossip
 
+	// expMu orders session renewals against expiries; expiring holds the
+	// sessions whose expiry has begun and whose destroy is not through.
+	expMu    sync.Mutex
+	expiring map[string]struct{}
+
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
 	wg           sync.WaitGroup
@@ -172,7 +177,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, clk: cfg.Clock, fsm: fsm.New(), shutdownCh: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, clk: cfg.Clock, fsm: fsm.New(), shutdownCh: make(chan struct{}),
+		expiring: make(map[string]struct{})}
 	var (
 		st  *stores
 		err error

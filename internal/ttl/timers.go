@@ -21,9 +21,9 @@ import (
 // A Reset or Remove of an id, or a Clear, that returns before the goroutine
 // calls onExpire for that id prevents the call, even if the deadline has
 // already passed. A call already under way cannot be recalled, so the
-// consumer of onExpire must tolerate an expiry that lost a race with a
-// renewal (the server checks leadership and the session's state before it
-// proposes to destroy it).
+// consumer of onExpire must order it against its renewals itself (the
+// server does so under a lock of its own, with Pending: see
+// Server.onSessionExpired).
 type Timers struct {
 	clk      clock.Clock
 	onExpire func(id string)
@@ -130,6 +130,17 @@ func (t *Timers) Clear() {
 		t.tm.Stop()
 		t.isArmed = false
 	}
+}
+
+// Pending reports whether id has a deadline waiting in the heap: set by a
+// Reset and neither passed, removed nor cleared since. Called from
+// onExpire, it tells whether id was Reset again after the deadline that
+// fired.
+func (t *Timers) Pending(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.h.Deadline(id)
+	return ok
 }
 
 // Len returns the number of ids waiting to expire.

@@ -487,3 +487,37 @@ func TestTimersWithIntern(t *testing.T) {
 		t.Fatalf("intern called for %v, want once", interned)
 	}
 }
+
+// Pending is what onExpire uses to tell an expiry that fired from one that
+// a Reset since overtook: false for the id being expired, true again once
+// it is Reset, false after Remove or Clear.
+func TestPending(t *testing.T) {
+	h := newHarness(t)
+	if h.tr.Pending("a") {
+		t.Fatal("an id never Reset is pending")
+	}
+	h.tr.Reset("a", 10*time.Second)
+	if !h.tr.Pending("a") {
+		t.Fatal("a Reset id is not pending")
+	}
+	var inExpire, afterReset bool
+	h.onID = func(id string) {
+		inExpire = h.tr.Pending(id)
+		h.tr.Reset(id, 10*time.Second) // a renewal that lost the race
+		afterReset = h.tr.Pending(id)
+	}
+	h.advanceExpect(10*time.Second, "a")
+	if inExpire || !afterReset {
+		t.Fatalf("Pending in onExpire = %v, after a Reset there = %v; want false, true", inExpire, afterReset)
+	}
+	h.onID = nil
+	h.tr.Remove("a")
+	if h.tr.Pending("a") {
+		t.Fatal("a removed id is pending")
+	}
+	h.tr.Reset("b", time.Second)
+	h.tr.Clear()
+	if h.tr.Pending("b") {
+		t.Fatal("an id is pending after Clear")
+	}
+}
