@@ -417,14 +417,14 @@ func TestAuditClientSessionAndTxnShapes(t *testing.T) {
 		t.Fatalf("get-or-empty: %v %+v %v", ok, resp, err)
 	}
 	var ops TxnOps
-	for i := 0; i < 65; i++ {
+	for i := 0; i < 129; i++ {
 		ops = append(ops, &TxnOp{KV: &KVTxnOp{Verb: KVSet, Key: fmt.Sprint("k", i)}})
 	}
 	_, _, _, err = c.Txn().Txn(ctx, ops, nil)
 	var se *StatusError
 	if !errors.As(err, &se) || se.Code != http.StatusRequestEntityTooLarge ||
-		err.Error() != "Unexpected response code: 413 (Transaction contains too many operations (65 > 64))" {
-		t.Fatalf("65 ops: %v", err)
+		err.Error() != "Unexpected response code: 413 (Transaction contains too many operations (129 > 128))" {
+		t.Fatalf("129 ops: %v", err)
 	}
 }
 

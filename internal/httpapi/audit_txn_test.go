@@ -266,10 +266,10 @@ func TestAuditTxnKVEdges(t *testing.T) {
 		t.Fatalf("lock after delay: %d %s", r.Code, r.Body)
 	}
 
-	ops := "[" + strings.Repeat(`{"KV":{"Verb":"set","Key":"m","Value":"MQ=="}},`, 63) + `{"KV":{"Verb":"get","Key":"m"}}]`
-	if r, out := s.txn(ops); r.Code != 200 || len(out.Results) != 64 {
-		t.Fatalf("64 ops: %d", r.Code)
+	ops := "[" + strings.Repeat(`{"KV":{"Verb":"set","Key":"m","Value":"MQ=="}},`, 127) + `{"KV":{"Verb":"get","Key":"m"}}]`
+	if r, out := s.txn(ops); r.Code != 200 || len(out.Results) != 128 {
+		t.Fatalf("128 ops: %d", r.Code)
 	}
-	want(s.do("PUT", "/v1/txn", "["+strings.Repeat(`{"KV":{"Verb":"get","Key":"m"}},`, 64)+`{"KV":{"Verb":"get","Key":"m"}}]`),
-		413, "Transaction contains too many operations (65 > 64)")
+	want(s.do("PUT", "/v1/txn", "["+strings.Repeat(`{"KV":{"Verb":"get","Key":"m"}},`, 128)+`{"KV":{"Verb":"get","Key":"m"}}]`),
+		413, "Transaction contains too many operations (129 > 128)")
 }

@@ -74,7 +74,7 @@ func TestTxnLocksAndFencing(t *testing.T) {
 
 func TestTxnDecodeErrors(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.MaxValueSize = 4 })
-	many := "[" + strings.Repeat(`{"KV":{"Verb":"get","Key":"k"}},`, 64) + `{"KV":{"Verb":"get","Key":"k"}}]`
+	many := "[" + strings.Repeat(`{"KV":{"Verb":"get","Key":"k"}},`, 128) + `{"KV":{"Verb":"get","Key":"k"}}]`
 	for _, c := range []struct {
 		body string
 		code int
@@ -82,7 +82,7 @@ func TestTxnDecodeErrors(t *testing.T) {
 	}{
 		{`[{"KV":{"Verb":"explode","Key":"k"}}]`, 400, `Operation 0 has unknown KV verb "explode"`},
 		{`[{"KV":{"Verb":"get","Key":"k"}},{"KV":{"Verb":"","Key":"k"}}]`, 400, `Operation 1 has unknown KV verb ""`},
-		{many, 413, "Transaction contains too many operations (65 > 64)"},
+		{many, 413, "Transaction contains too many operations (129 > 128)"},
 		{`[{"Node":{"Verb":"get","Node":{"Node":"n"}}}]`, 400, "Operation 0 is a Node operation: holdfast transactions support only KV operations"},
 		{`[{"KV":{"Verb":"get","Key":"k"},"Check":{}}]`, 400, "Operation 0 is a Check operation: holdfast transactions support only KV operations"},
 		{`[{}]`, 400, "Operation 0 has no KV part"},

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// MaxTxnOps bounds the operations of one transaction, as in Consul.
-const MaxTxnOps = 64
+// MaxTxnOps bounds the operations of one transaction, as Consul's current
+// agent does (its older releases allowed 64).
+const MaxTxnOps = 128
 
 // TxnOp is one operation of a transaction. Only KV operations exist today.
 type TxnOp struct {
