@@ -255,12 +255,21 @@ func makeDir(d string) error {
 		return fmt.Errorf("server: %w", err)
 	}
 	if err := os.MkdirAll(d, 0o700); err != nil {
-		return fmt.Errorf("server: create %s: %w", d, err)
+		return fmt.Errorf("server: cannot create the directory %s for the raft data: %w%s", d, err, permissionHint(err))
 	}
 	if err := syncDir(filepath.Dir(d)); err != nil {
 		return fmt.Errorf("server: sync parent of %s: %w", d, err)
 	}
 	return nil
+}
+
+// permissionHint adds, to an error that is a refused permission, what the
+// operator can do about it.
+func permissionHint(err error) string {
+	if errors.Is(err, os.ErrPermission) {
+		return " (the agent's user may not write there: give it the directory, or choose another with -data-dir)"
+	}
+	return ""
 }
 
 func syncDir(d string) error {
@@ -292,7 +301,7 @@ func lockDir(raftDir string) (*os.File, error) {
 	path := filepath.Join(raftDir, raftLockName)
 	lock, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("server: lock raft storage: %w", err)
+		return nil, fmt.Errorf("server: cannot open the lock file of the raft data in %s: %w%s", raftDir, err, permissionHint(err))
 	}
 	// flock is per open file description: a second open in this process is
 	// refused as well as one in another process.

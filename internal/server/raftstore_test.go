@@ -581,3 +581,19 @@ func TestTornTailIsDropped(t *testing.T) {
 	mustStore(t, s.log, testLogs(11, 5))
 	checkRange(t, s.log, 1, 15)
 }
+
+// Finding: a data directory the agent's user may not write was reported
+// as a bare "create DIR: mkdir DIR: permission denied". A refused
+// permission now says what the operator can do. (Root, which CI runs the
+// tests as, ignores directory permissions, so this checks the hint: given
+// for a refused permission and for nothing else.)
+func TestPermissionHint(t *testing.T) {
+	perm := &os.PathError{Op: "mkdir", Path: "/x", Err: syscall.EACCES}
+	if h := permissionHint(perm); !strings.Contains(h, "-data-dir") {
+		t.Fatalf("hint for %v = %q", perm, h)
+	}
+	other := &os.PathError{Op: "mkdir", Path: "/x", Err: syscall.ENOSPC}
+	if h := permissionHint(other); h != "" {
+		t.Fatalf("hint for %v = %q, want none", other, h)
+	}
+}
