@@ -201,6 +201,7 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 	go func() {
 		defer close(settled)
 		c.settleChecks(jctx, ag, clock.Real())
+		c.keepRegistered(jctx, ag, clock.Real())
 	}()
 
 	fmt.Fprintf(stdio.Out, "holdfast agent running (client: no raft; requests go to a server learned through gossip)\n  node:    %s\n  http:    http://%s\n  gossip:  %s\n  join:    %s\n",
@@ -266,6 +267,105 @@ func (c *clientAgent) settleChecks(ctx context.Context, ag *agent.Agent, clk clo
 }
 
 var errNoServer = errors.New("No known Consul servers")
+
+// Bounds of keepRegistered's blocking read and of its wait after a failure.
+const (
+	keepRegisteredWait     = 5 * time.Minute
+	keepRegisteredRetryMax = 30 * time.Second
+)
+
+// keepRegistered is the client agent's anti-entropy, from when
+// settleChecks is done until ctx ends. It watches this node's checks and
+// services in the catalog with a blocking read and, when one the agent
+// runs is missing there, writes them all again (agent.Resync). That is
+// what brings them back after the node was deregistered through the
+// catalog API and the leader registered it again from gossip (with its
+// serfHealth alone), and after the server lost its state (a -dev server
+// restarted). A server agent does the same for its own node through
+// Config.OnSelfRegistered. Failed reads and writes are retried, waiting on
+// clk from joinRetryFirst up to keepRegisteredRetryMax.
+func (c *clientAgent) keepRegistered(ctx context.Context, ag *agent.Agent, clk clock.Clock) {
+	var index uint64
+	wait := joinRetryFirst
+	for ctx.Err() == nil {
+		next, err := c.mendOnce(ctx, ag, index)
+		if err == nil {
+			index, wait = next, joinRetryFirst
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if !errors.Is(err, errNoServer) {
+			c.log.Warn("could not compare the agent's checks and services with the catalog; will retry",
+				"retry_in", wait, "error", err)
+		}
+		index = 0
+		t := clk.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		wait = min(2*wait, keepRegisteredRetryMax)
+	}
+}
+
+// mendOnce waits until this node's entry in the catalog has moved past
+// index (at once if index is 0), writes the agent's checks and services
+// again if one is missing there, and returns the index to wait on next.
+func (c *clientAgent) mendOnce(ctx context.Context, ag *agent.Agent, index uint64) (uint64, error) {
+	srv := c.server()
+	if srv == "" {
+		return 0, errNoServer
+	}
+	rctx, cancel := context.WithTimeout(ctx, keepRegisteredWait+keepRegisteredWait/16+forwardTimeout)
+	defer cancel()
+	cl, err := api.NewClient(&api.Config{Address: srv, HTTPClient: http.DefaultClient})
+	if err != nil {
+		return 0, err
+	}
+	in, meta, err := cl.Health().Node(rctx, c.node, &api.QueryOptions{WaitIndex: index, WaitTime: keepRegisteredWait})
+	if err != nil {
+		return 0, fmt.Errorf("reading this node's checks from %s: %w", srv, err)
+	}
+	next := meta.LastIndex
+	if next < index {
+		next = 0 // the server's state went back (a restart without data): look again from the start
+	}
+	have := make(map[string]bool, len(in))
+	for _, h := range in {
+		have[h.CheckID] = true
+	}
+	missing := ""
+	for _, ck := range ag.Checks() {
+		if !have[ck.CheckID] {
+			missing = "check " + ck.CheckID
+			break
+		}
+	}
+	if svcs := ag.Services(); missing == "" && len(svcs) > 0 {
+		node, _, err := cl.Catalog().Node(rctx, c.node, nil)
+		if err != nil {
+			return 0, fmt.Errorf("reading this node's services from %s: %w", srv, err)
+		}
+		for _, s := range svcs {
+			if node == nil || node.Services[s.ID] == nil {
+				missing = "service " + s.ID
+				break
+			}
+		}
+	}
+	if missing == "" {
+		return next, nil
+	}
+	c.log.Info("the catalog lost what this agent runs: writing its checks and services again", "missing", missing)
+	if err := ag.Resync(ctx); err != nil {
+		return 0, err
+	}
+	return next, nil
+}
 
 // settleOnce is one attempt of settleChecks.
 func (c *clientAgent) settleOnce(ctx context.Context, ag *agent.Agent) error {

@@ -22,6 +22,7 @@ import (
 	"github.com/holdfast/holdfast/internal/httpapi"
 	"github.com/holdfast/holdfast/internal/servertest"
 	"github.com/holdfast/holdfast/internal/state"
+	"github.com/holdfast/holdfast/internal/watch"
 )
 
 // clientFixture is a client agent's HTTP side in front of an in-process
@@ -485,6 +486,73 @@ func TestForwardBound(t *testing.T) {
 		r := httptest.NewRequest("GET", c.url, nil)
 		if got := forwardBound(r); got != c.want {
 			t.Errorf("%s: %v, want %v", c.url, got, c.want)
+		}
+	}
+}
+
+// Finding: a client agent never wrote its checks and services again after
+// its node was deregistered through the catalog API and registered again
+// by the leader (with serfHealth alone), nor after a -dev server restarted:
+// a TTL check came back only when its status next changed, a service
+// never, and sessions could no longer be bound to them. keepRegistered
+// watches the node and writes them again.
+func TestClientAgentWritesItsChecksBackWhenTheNodeComesBack(t *testing.T) {
+	srv := servertest.New(t, servertest.Options{})
+	ctx := context.Background()
+	serf := &state.RegisterRequest{Node: "client1", Address: "127.0.0.1",
+		Check: &state.HealthCheck{CheckID: state.SerfCheckID, Status: state.HealthPassing}}
+	if err := srv.Register(ctx, serf); err != nil {
+		t.Fatal(err)
+	}
+	pool := fakePool{{Name: "node1", Addr: "127.0.0.1", Status: gossip.StatusAlive,
+		Tags: map[string]string{"role": "server", "http": srv.Addr}}}
+	c := newClientAgent("client1", "dc1", "x", pool, hclog.NewNullLogger())
+	clk := clocktest.NewFake(servertest.Epoch)
+	ag := agent.New(agent.Config{Node: "client1", Clock: clk, Catalog: &agent.HTTPCatalog{Base: func() (string, error) {
+		return "http://" + c.server(), nil
+	}}})
+	defer ag.Close()
+	c.settleChecks(ctx, ag, clk)
+	if err := ag.RegisterCheck(ctx, &state.CheckDefinition{ID: "hb", Name: "hb", TTL: time.Minute, Status: state.HealthPassing}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ag.RegisterService(ctx, &state.Service{ID: "web-1", Service: "web", Port: 80}, nil, false); err != nil {
+		t.Fatal(err)
+	}
+
+	kctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.keepRegistered(kctx, ag, clk)
+	}()
+	defer func() { cancel(); <-done }()
+
+	// What the leader does when the node is deregistered while its agent
+	// lives: the node goes, with its checks and services; gossip puts it
+	// back with serfHealth.
+	if err := srv.Deregister(ctx, &state.DeregisterRequest{Node: "client1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Register(ctx, serf); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, stop := context.WithTimeout(ctx, time.Minute) // a bound on a hang, not a timing
+	defer stop()
+	for {
+		ws := watch.NewSet()
+		st := srv.State()
+		_, checks := st.NodeChecks(ws, "client1")
+		_, _, svcs := st.NodeInfo(ws, "client1")
+		ids := []string{}
+		for _, ck := range checks {
+			ids = append(ids, ck.CheckID)
+		}
+		if strings.Join(ids, " ") == "hb serfHealth" && len(svcs) == 1 && svcs[0].ID == "web-1" {
+			break
+		}
+		if err := ws.WatchCtx(waitCtx); err != nil {
+			t.Fatalf("the agent's check and service did not come back: checks %v, services %d", ids, len(svcs))
 		}
 	}
 }

@@ -9,7 +9,10 @@ import (
 )
 
 // QuerySet creates or updates a prepared query. A query bound to a session
-// is refused unless the session exists; a Name must be unique.
+// is refused unless the session exists; a Name must be unique. A q with a
+// CreateIndex is an update of the query created at that index, refused
+// with ErrQueryNotFound if that query is gone; with none (as every entry
+// written before this rule has), q is created or replaced.
 func (s *Store) QuerySet(idx uint64, q *PreparedQuery) error {
 	return s.single(idx, time.Time{}, func(tx *wtx) error { return tx.querySet(q) })
 }
