@@ -280,8 +280,9 @@ func (w *response) write(b []byte) error {
 // WatchDisconnect asks that the request's context be cancelled if the
 // client closes the connection while the handler runs. A handler calls it
 // before a long wait; see the package doc. It does nothing for a request
-// with a body (the watcher would read it) or when the client has already
-// sent more.
+// with a body (the watcher would read it). A pipelined request the client
+// has sent already does not stop it, unless the watcher of an earlier
+// request kept a byte of it.
 func (w *response) WatchDisconnect() {
 	if w.req.Body != http.NoBody {
 		return

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -298,7 +299,7 @@ func (c *conn) serveOne() bool {
 			// net/http's error for this is not exported; its text is.
 			c.writeError(nil, http.StatusNotImplemented, err.Error())
 		default:
-			c.writeError(nil, http.StatusBadRequest, "the request could not be parsed: "+err.Error())
+			c.writeError(nil, http.StatusBadRequest, "the request could not be parsed: "+clip(err.Error(), maxEcho))
 		}
 		return false
 	}
@@ -411,16 +412,45 @@ func (c *conn) serveOne() bool {
 	return !w.closeAfter && !req.Close
 }
 
-// skipEmptyLine skips up to two CR or LF bytes before a request: a client
-// may end a request's body with an extra CRLF (RFC 9112 section 2.2:
-// ignore at least one empty line before a request).
+// skipEmptyLine skips up to two empty lines (CRLF or a bare LF) before a
+// request: a client may end a request's body with an extra CRLF (RFC 9112
+// section 2.2: ignore at least one empty line before a request). A CR that
+// is not followed by LF is not an empty line, and is left to fail the
+// parse, as in net/http.
 func skipEmptyLine(br *bufio.Reader) {
 	for i := 0; i < 2; i++ {
-		if b, err := br.Peek(1); err != nil || b[0] != '\r' && b[0] != '\n' {
+		b, err := br.Peek(1)
+		if err != nil {
 			return
 		}
-		br.Discard(1)
+		switch {
+		case b[0] == '\n':
+			br.Discard(1)
+		case b[0] == '\r':
+			if b, err := br.Peek(2); err != nil || b[1] != '\n' {
+				return
+			}
+			br.Discard(2)
+		default:
+			return
+		}
 	}
+}
+
+// maxEcho bounds how much of a parse error, which quotes the request, an
+// error answer repeats: a megabyte of control bytes in a header would
+// otherwise come back as four megabytes of escapes.
+const maxEcho = 256
+
+// clip shortens s to at most n bytes, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "... (cut)"
 }
 
 // invalidHeader says what is wrong with h's first invalid field name or
@@ -489,11 +519,14 @@ func (c *conn) lingerClose() {
 
 // startWatch starts the disconnect watcher for w's request: a read on the
 // side that cancels the request's context if the client closes the
-// connection. It is only started when no request bytes are pending, so it
-// cannot take part of a body; a byte it does read (a pipelined request)
-// is kept for the next request.
+// connection. It is only started for a request without a body, so it
+// cannot take part of one. It reads from the connection under the
+// buffered reader, so a pipelined request already buffered there does not
+// stop it (and is read first when the watcher is done); a byte it does
+// read is kept for the next request, after what is buffered. It is not
+// started while a byte is kept already: it has nowhere to put another.
 func (c *conn) startWatch(cancel context.CancelFunc) {
-	if c.watching || c.br.Buffered() > 0 || c.cr.hasByte {
+	if c.watching || c.cr.hasByte {
 		return
 	}
 	c.watching = true

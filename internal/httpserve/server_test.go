@@ -589,3 +589,63 @@ func TestReadHeaderTimeout(t *testing.T) {
 		t.Error("a header that never ends kept the connection")
 	}
 }
+
+// Finding: a blocking request with the client's next request already
+// buffered behind it (sent in the same write) started no disconnect
+// watcher, so a client that closed the connection left the handler parked
+// until its wait ran out; net/http's Server cancels it. The watcher now
+// reads under the buffered reader, and the buffered request is still
+// served, in order, when the client stays.
+func TestWatchDisconnectWithPipelinedRequestBuffered(t *testing.T) {
+	h := newWaiter(true)
+	addr := start(t, &Server{Handler: h})
+	c := dial(t, addr)
+	c.send("GET /wait HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-h.entered
+	c.nc.Close()
+	if err := <-h.ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("handler ended with %v, want its context cancelled", err)
+	}
+
+	c = dial(t, addr)
+	c.send("GET /wait HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-h.entered
+	c.send("GET /third HTTP/1.1\r\nHost: x\r\n\r\n") // a byte of it may be the watcher's
+	close(h.release)
+	if err := <-h.ended; err != nil {
+		t.Fatalf("handler ended with %v, want released", err)
+	}
+	for _, want := range []string{"released", "quick /next", "quick /third"} {
+		if _, body := c.read("GET"); body != want {
+			t.Fatalf("answer %q, want %q", body, want)
+		}
+	}
+}
+
+// Finding: a parse error's answer quoted the whole request: a megabyte of
+// control bytes in a header came back as four megabytes of escapes. The
+// quote is cut at maxEcho bytes.
+func TestParseErrorAnswerIsBounded(t *testing.T) {
+	c := dial(t, start(t, &Server{Handler: echo}))
+	c.send("GET / HTTP/1.1\r\nHost: x\r\nX: " + strings.Repeat("\x01", 100_000) + "\r\n\r\n")
+	resp, body := c.read("GET")
+	if resp.StatusCode != http.StatusBadRequest || len(body) > 2*maxEcho || !strings.Contains(body, "... (cut)") {
+		t.Fatalf("answer %d, %d bytes: %.120q", resp.StatusCode, len(body), body)
+	}
+}
+
+// A lone CR before the request line is not an empty line: net/http's
+// Server answers 400, and so does this one; CRLF and LF are still skipped.
+func TestLoneCRBeforeRequestRefused(t *testing.T) {
+	addr := start(t, &Server{Handler: echo})
+	c := dial(t, addr)
+	c.send("\rGET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, _ := c.read("GET"); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("lone CR: %d, want 400", resp.StatusCode)
+	}
+	c = dial(t, addr)
+	c.send("\r\n\nGET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, body := c.read("GET"); resp.StatusCode != http.StatusOK || body != "GET /a " {
+		t.Fatalf("CRLF LF before the request: %d %q", resp.StatusCode, body)
+	}
+}
