@@ -255,18 +255,26 @@ func (c *clientAgent) settleChecks(ctx context.Context, ag *agent.Agent, clk clo
 			c.log.Warn("could not bring the agent's checks in line with the catalog yet; will retry",
 				"attempt", attempt, "retry_in", wait, "error", err)
 		}
-		t := clk.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleepOn(ctx, clk, wait) {
 			return
-		case <-t.C():
 		}
 		wait = min(2*wait, joinRetryMax)
 	}
 }
 
 var errNoServer = errors.New("No known Consul servers")
+
+// sleepOn waits d on clk; it reports false if ctx ended first.
+func sleepOn(ctx context.Context, clk clock.Clock, d time.Duration) bool {
+	t := clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
+	}
+}
 
 // Bounds of keepRegistered's blocking read and of its wait after a failure.
 const (
@@ -287,26 +295,25 @@ const (
 func (c *clientAgent) keepRegistered(ctx context.Context, ag *agent.Agent, clk clock.Clock) {
 	var index uint64
 	wait := joinRetryFirst
+	failures := 0
 	for ctx.Err() == nil {
 		next, err := c.mendOnce(ctx, ag, index)
 		if err == nil {
-			index, wait = next, joinRetryFirst
+			index, wait, failures = next, joinRetryFirst, 0
 			continue
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		if !errors.Is(err, errNoServer) {
+		// One failure is what a server restart looks like from here; say
+		// something from the second on.
+		if failures++; failures > 1 && !errors.Is(err, errNoServer) {
 			c.log.Warn("could not compare the agent's checks and services with the catalog; will retry",
 				"retry_in", wait, "error", err)
 		}
 		index = 0
-		t := clk.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleepOn(ctx, clk, wait) {
 			return
-		case <-t.C():
 		}
 		wait = min(2*wait, keepRegisteredRetryMax)
 	}
@@ -314,7 +321,8 @@ func (c *clientAgent) keepRegistered(ctx context.Context, ag *agent.Agent, clk c
 
 // mendOnce waits until this node's entry in the catalog has moved past
 // index (at once if index is 0), writes the agent's checks and services
-// again if one is missing there, and returns the index to wait on next.
+// again if the node is there but one of them is missing, and returns the
+// index to wait on next.
 func (c *clientAgent) mendOnce(ctx context.Context, ag *agent.Agent, index uint64) (uint64, error) {
 	srv := c.server()
 	if srv == "" {
@@ -337,6 +345,12 @@ func (c *clientAgent) mendOnce(ctx context.Context, ag *agent.Agent, index uint6
 	have := make(map[string]bool, len(in))
 	for _, h := range in {
 		have[h.CheckID] = true
+	}
+	if !have[state.SerfCheckID] {
+		// The node itself is not (yet) back: the leader registers it,
+		// with its address and serfHealth, from gossip. Written before
+		// that, the checks would bring back a node with no address.
+		return next, nil
 	}
 	missing := ""
 	for _, ck := range ag.Checks() {
