@@ -247,3 +247,45 @@ func FuzzCheckDuration(f *testing.F) {
 		}
 	})
 }
+
+// FuzzQueryDecode posts arbitrary bodies as prepared queries: every
+// answer is 200 or a 4xx with a sentence, a refused body stores nothing,
+// and a stored query keeps the service it asked for and none of the
+// filters holdfast refuses.
+func FuzzQueryDecode(f *testing.F) {
+	for _, s := range []string{
+		``, `null`, `{}`, `[]`, `{"Service":{"Service":"web"}}`, `{"Name":"q","Service":{"Service":"web","Tags":["a"]}}`,
+		`{"Service":{"Service":"web","NodeMeta":{"a":"b"}}}`, `{"Service":{"Service":"web","NodeMeta":{}}}`,
+		`{"Service":{"Service":"web","IgnoreCheckIDs":null,"Connect":false,"Peer":"","Failover":{"NearestN":3}}}`,
+		`{"Service":{"Service":"web","ServiceMeta":{"v":"1"}}}`, `{"Template":{"Type":"name_prefix_match"},"Service":{"Service":"w"}}`,
+		`{"Service":{"Service":""}}`, `{"Service":"web"}`, `{"Service":{"Service":"web"}} x`, `{"Session":"nope","Service":{"Service":"w"}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		e := newEnv(t)
+		r := e.do("POST", "/v1/query", string(body))
+		switch {
+		case r.Code == http.StatusOK:
+			var got []struct {
+				Service map[string]interface{}
+			}
+			e.do("GET", "/v1/query", "").want(t, 200, "*").json(t, &got)
+			if len(got) != 1 || got[0].Service["Service"] == "" {
+				t.Fatalf("stored after 200: %+v", got)
+			}
+			for _, k := range []string{"NodeMeta", "ServiceMeta", "IgnoreCheckIDs", "Connect", "Peer", "SamenessGroup"} {
+				if _, ok := got[0].Service[k]; ok {
+					t.Fatalf("stored field %s that holdfast does not apply: %+v", k, got[0].Service)
+				}
+			}
+		case r.Code >= 400 && r.Code < 500:
+			if r.Body == "" {
+				t.Fatalf("%d without a sentence", r.Code)
+			}
+			e.do("GET", "/v1/query", "").want(t, 200, "[]")
+		default:
+			t.Fatalf("answer %d %q", r.Code, r.Body)
+		}
+	})
+}
