@@ -131,10 +131,37 @@ func (h *handler) queryList(w http.ResponseWriter, r *http.Request, _ string) er
 	return writeJSON(w, r, list)
 }
 
-// queryID splits /v1/query/<id>[/<action>].
+// queryID splits /v1/query/<id>[/<action>]. An ID in UUID form is
+// folded to lower case, the case holdfast makes IDs in: like Consul, which
+// parses them, holdfast finds a query whatever the case of its ID.
 func queryID(arg string) (id, action string) {
 	id, action, _ = strings.Cut(arg, "/")
+	if isUUID(id) {
+		id = strings.ToLower(id)
+	}
 	return id, action
+}
+
+// isUUID reports whether s has the form of a UUID: 36 characters, hex
+// digits in groups of 8, 4, 4, 4 and 12, joined by dashes.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (h *handler) queryGet(w http.ResponseWriter, r *http.Request, arg string) error {

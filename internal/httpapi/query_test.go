@@ -1,8 +1,11 @@
 package httpapi
 
 import (
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/holdfast/holdfast/internal/state"
 )
 
 func TestPreparedQueries(t *testing.T) {
@@ -189,4 +192,40 @@ func TestCatalogDatacenters(t *testing.T) {
 	e := newEnv(t)
 	e.do("GET", "/v1/catalog/datacenters", "").want(t, 200, `["dc1"]`)
 	e.do("PUT", "/v1/catalog/datacenters", "").want(t, 405, "method PUT not allowed")
+}
+
+// Finding: a query's ID in upper case was not found (404), where Consul,
+// which parses IDs as UUIDs, finds it. IDs in UUID form are folded to the
+// lower case holdfast makes them in, for every /v1/query/<id> action.
+func TestQueryIDAnyCase(t *testing.T) {
+	e := newEnv(t)
+	var created struct{ ID string }
+	// An ID with letters in it, as the server's random ones have.
+	created.ID = "abcdef01-2345-4678-9abc-def012345678"
+	if _, err := e.b.QuerySet(context.Background(), &state.PreparedQuery{ID: created.ID, Name: "web",
+		Service: state.ServiceQuery{Service: "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	up := strings.ToUpper(created.ID)
+	if !isUUID(up) {
+		t.Fatalf("%q is not a UUID", up)
+	}
+	var got []struct{ ID, Name string }
+	e.do("GET", "/v1/query/"+up, "").want(t, 200, "*").json(t, &got)
+	if len(got) != 1 || got[0].ID != created.ID {
+		t.Fatalf("GET by upper-case ID: %+v", got)
+	}
+	e.do("GET", "/v1/query/"+up+"/execute", "").want(t, 200, "*")
+	e.do("PUT", "/v1/query/"+up, `{"Name":"web2","Service":{"Service":"web"}}`).want(t, 200, "")
+	e.do("GET", "/v1/query/"+created.ID, "").want(t, 200, "*").json(t, &got)
+	if got[0].Name != "web2" {
+		t.Fatalf("update by upper-case ID: %+v", got)
+	}
+	e.do("DELETE", "/v1/query/"+up, "").want(t, 200, "")
+	e.do("GET", "/v1/query", "").want(t, 200, "[]")
+	for _, s := range []string{"", "web", "0123456789abcdef0123456789abcdef0123", "0123456-789a-bcde-f012-3456789abcdef", "g1234567-89ab-cdef-0123-456789abcdef"} {
+		if isUUID(s) {
+			t.Errorf("isUUID(%q) = true", s)
+		}
+	}
 }
