@@ -443,6 +443,35 @@ func TestFailedStatusWriteIsRetried(t *testing.T) {
 	}
 }
 
+// Finding: while a failed write waited for its retry, every further report
+// of the same status (a probed check reports at each interval) wrote, and
+// logged, at once, whatever the backoff. The same status now waits for the
+// retry; a new status is still written at once.
+func TestFailedWriteRetryIsNotHurriedBySameStatus(t *testing.T) {
+	e := newEnv(t)
+	if err := e.ag.RegisterCheck(ctx(), ttlCheck("app", 10*time.Second, state.HealthPassing)); err != nil {
+		t.Fatal(err)
+	}
+	e.cat.expect(t, "register app=passing")
+	e.cat.setFail(errors.New("no leader"))
+	if err := e.ag.UpdateCheck(ctx(), "app", state.HealthCritical, "down"); err != nil {
+		t.Fatal(err)
+	}
+	e.cat.expect(t, "failed register app=critical")
+	e.waiters(t, 2) // the TTL and the retry
+	if err := e.ag.UpdateCheck(ctx(), "app", state.HealthCritical, "still down"); err != nil {
+		t.Fatal(err)
+	}
+	e.cat.quiet(t) // the same status: left to the retry
+	if err := e.ag.UpdateCheck(ctx(), "app", state.HealthWarning, "better"); err != nil {
+		t.Fatal(err)
+	}
+	e.cat.expect(t, "failed register app=warning") // a new status: at once
+	e.cat.setFail(nil)
+	e.clk.Advance(2 * time.Second) // the retry, backed off to 2s
+	e.cat.expect(t, "register app=warning")
+}
+
 // An HTTP check really probes: 2xx passing, 429 warning, anything else
 // critical, no answer critical. The first probe runs at registration, the
 // next ones every Interval of the fake clock.

@@ -67,6 +67,7 @@ type runner struct {
 	deadline  time.Time   // TTL: when the check expires; zero once it has
 	synced    checkStatus // what the catalog holds (as far as we wrote it)
 	unsynced  bool        // the last write failed; syncTimer retries it
+	tried     checkStatus // what the last write, failed or not, carried
 	lastWrite time.Time
 	syncTimer clock.Timer // a retry, or a deferred output-only write
 	backoff   time.Duration
@@ -270,6 +271,13 @@ func (r *runner) maybeSync() {
 	switch {
 	case cur == r.synced && !r.unsynced:
 		return
+	case r.unsynced && r.syncTimer != nil && cur.Status == r.tried.Status:
+		// A failed write is waiting for its retry, and the status is
+		// still the one it carried: the retry writes what is current
+		// then. (A probed check reports at every interval; without this
+		// each report would write, and log, at once, whatever the
+		// backoff.) A new status is written at once.
+		return
 	case cur.Status != r.synced.Status || r.unsynced:
 		r.sync()
 	case r.a.cfg.OutputUpdateInterval < 0 || !r.clk.Now().Before(r.lastWrite.Add(r.a.cfg.OutputUpdateInterval)):
@@ -283,6 +291,7 @@ func (r *runner) maybeSync() {
 // write is retried on the clock with a doubling backoff (1s to 30s).
 func (r *runner) sync() {
 	cur := r.status()
+	r.tried = cur
 	hc := r.a.catalogCheck(&r.def, r.kind, cur.Status, cur.Output)
 	wctx, cancel := context.WithTimeout(r.ctx, writeTimeout)
 	err := r.a.cfg.Catalog.Register(wctx, &state.RegisterRequest{Node: r.a.cfg.Node, SkipNodeUpdate: true, Check: hc})
