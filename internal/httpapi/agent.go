@@ -241,7 +241,7 @@ func (c *checkBody) definition() (*state.CheckDefinition, error) {
 
 // decodeAgentBody decodes a required JSON body into v.
 func (h *handler) decodeAgentBody(r *http.Request, v interface{}, what string) error {
-	body, err := readBody(r, h.opts.MaxValueSize)
+	body, err := readBody(r, h.opts.MaxValueSize, "")
 	if err != nil {
 		return err
 	}

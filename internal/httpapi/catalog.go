@@ -106,7 +106,7 @@ func checkDuration(raw json.RawMessage) (string, error) {
 }
 
 func (h *handler) catalogRegister(w http.ResponseWriter, r *http.Request, _ string) error {
-	body, err := readBody(r, h.opts.MaxValueSize)
+	body, err := readBody(r, h.opts.MaxValueSize, "")
 	if err != nil {
 		return err
 	}
@@ -154,7 +154,7 @@ func (h *handler) catalogRegister(w http.ResponseWriter, r *http.Request, _ stri
 }
 
 func (h *handler) catalogDeregister(w http.ResponseWriter, r *http.Request, _ string) error {
-	body, err := readBody(r, h.opts.MaxValueSize)
+	body, err := readBody(r, h.opts.MaxValueSize, "")
 	if err != nil {
 		return err
 	}

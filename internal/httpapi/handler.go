@@ -365,19 +365,29 @@ func decodeStrict(body []byte, v interface{}) error {
 var errTrailing = &Error{Kind: KindInvalid, Msg: "unexpected data after the JSON value"}
 
 // readBody reads the whole body, refusing more than max bytes with 413.
-func readBody(r *http.Request, max int64) ([]byte, error) {
+// doc is the page of the setting the limit stands for, which the refusal
+// names as Consul's does (maxSizeDoc for KV values, txnSizeDoc for
+// transactions), or "" for a body no such setting bounds.
+func readBody(r *http.Request, max int64, doc string) ([]byte, error) {
 	if r.ContentLength > max {
-		return nil, tooLarge(r.ContentLength, max)
+		return nil, tooLarge(r.ContentLength, max, doc)
 	}
 	b, err := readAllMax(r.Body, r.ContentLength, max+1)
 	if err != nil {
 		return nil, invalidf("Failed to read request body: %v", err)
 	}
 	if int64(len(b)) > max {
-		return nil, &Error{Kind: KindTooLarge, Msg: "Request body too large, max size: " +
-			itoa(max) + " bytes. See " + maxSizeDoc + "."}
+		return nil, &Error{Kind: KindTooLarge, Msg: "Request body too large, max size: " + itoa(max) + " bytes." + see(doc)}
 	}
 	return b, nil
+}
+
+// see is " See doc." or "".
+func see(doc string) string {
+	if doc == "" {
+		return ""
+	}
+	return " See " + doc + "."
 }
 
 // readAll is io.ReadAll, but starts with room for a body of the declared
@@ -421,11 +431,15 @@ func readAllMax(r io.Reader, n, limit int64) ([]byte, error) {
 	}
 }
 
-const maxSizeDoc = "https://developer.hashicorp.com/docs/agent/config/config-files#kv_max_value_size"
+// The settings Consul's 413 answers point to.
+const (
+	maxSizeDoc = "https://developer.hashicorp.com/docs/agent/config/config-files#kv_max_value_size"
+	txnSizeDoc = "https://developer.hashicorp.com/docs/agent/config/config-files#txn_max_req_len"
+)
 
-func tooLarge(n, max int64) error {
+func tooLarge(n, max int64, doc string) error {
 	return &Error{Kind: KindTooLarge, Msg: "Request body(" + itoa(n) + " bytes) too large, max size: " +
-		itoa(max) + " bytes. See " + maxSizeDoc + "."}
+		itoa(max) + " bytes." + see(doc)}
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -253,7 +253,7 @@ func (h *handler) kvPut(w http.ResponseWriter, r *http.Request, key string) erro
 	if err != nil {
 		return err
 	}
-	body, err := readBody(r, h.opts.MaxValueSize)
+	body, err := readBody(r, h.opts.MaxValueSize, maxSizeDoc)
 	if err != nil {
 		return err
 	}

@@ -61,7 +61,7 @@ func (q *serviceQueryBody) unsupported() string {
 }
 
 func (h *handler) decodeQuery(r *http.Request) (*state.PreparedQuery, error) {
-	body, err := readBody(r, h.opts.MaxValueSize)
+	body, err := readBody(r, h.opts.MaxValueSize, "")
 	if err != nil {
 		return nil, err
 	}

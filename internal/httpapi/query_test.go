@@ -229,3 +229,16 @@ func TestQueryIDAnyCase(t *testing.T) {
 		}
 	}
 }
+
+// Finding: every oversized body was refused pointing at kv_max_value_size,
+// the KV setting, also a transaction's (Consul names txn_max_req_len) and
+// a query's or a registration's (no setting: no pointer).
+func TestTooLargeNamesTheRightSetting(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.MaxValueSize = 8; o.MaxTxnSize = 8 })
+	e.do("PUT", "/v1/kv/k", "123456789").want(t, 413,
+		"Request body(9 bytes) too large, max size: 8 bytes. See "+maxSizeDoc+".")
+	e.do("PUT", "/v1/txn", "[        ]").want(t, 413,
+		"Request body(10 bytes) too large, max size: 8 bytes. See "+txnSizeDoc+".")
+	e.do("POST", "/v1/query", `{"Name":"q"}`).want(t, 413, "Request body(12 bytes) too large, max size: 8 bytes.")
+	e.do("PUT", "/v1/catalog/register", `{"Node":"n"}`).want(t, 413, "Request body(12 bytes) too large, max size: 8 bytes.")
+}

@@ -222,7 +222,7 @@ func parseLockDelay(raw json.RawMessage) (time.Duration, error) {
 }
 
 func (h *handler) sessionCreate(w http.ResponseWriter, r *http.Request, _ string) error {
-	body, err := readBody(r, h.opts.MaxValueSize)
+	body, err := readBody(r, h.opts.MaxValueSize, "")
 	if err != nil {
 		return err
 	}

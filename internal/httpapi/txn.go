@@ -147,7 +147,7 @@ type txnResponse struct {
 }
 
 func (h *handler) txn(w http.ResponseWriter, r *http.Request, _ string) error {
-	body, err := readBody(r, h.opts.MaxTxnSize)
+	body, err := readBody(r, h.opts.MaxTxnSize, txnSizeDoc)
 	if err != nil {
 		return err
 	}
