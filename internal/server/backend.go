@@ -175,9 +175,8 @@ func (s *Server) SessionCreate(ctx context.Context, in *state.Session) (string, 
 			return "", fmt.Errorf("%w: Invalid Session TTL '%d', must be between [%v=%v]",
 				state.ErrInvalidRequest, d, s.cfg.SessionTTLMin, s.cfg.SessionTTLMax)
 		}
-		if d == 0 {
-			sess.TTL = ""
-		}
+		// A zero TTL ("0s") means no TTL; it is kept as given, as Consul
+		// keeps it, and arms no timer (timerFor).
 	}
 	if sess.LockDelay < 0 {
 		return "", fmt.Errorf("%w: LockDelay %v is negative", state.ErrInvalidRequest, sess.LockDelay)

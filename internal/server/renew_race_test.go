@@ -77,3 +77,33 @@ func TestRenewAndExpiryAreOrdered(t *testing.T) {
 		return len(s.expiring) == 0
 	})
 }
+
+// Finding: a session created with TTL "0s" was shown with TTL "", where
+// Consul shows the TTL as given. It is kept as given, and like "" it means
+// no TTL: no timer, and a renewal is a no-op.
+func TestZeroTTLKeptAsGiven(t *testing.T) {
+	clk := clocktest.NewFake(epoch)
+	s := newTestServer(t, "", clk)
+	ctx := context.Background()
+	before := s.timers.Len()
+	id, err := s.SessionCreate(ctx, &state.Session{TTL: "0s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, sess := s.State().SessionGet(nil, id); sess == nil || sess.TTL != "0s" {
+		t.Fatalf("session %+v, want TTL \"0s\"", sess)
+	}
+	if n := s.timers.Len(); n != before {
+		t.Fatalf("a zero TTL armed a timer: %d -> %d", before, n)
+	}
+	if _, err := s.SessionRenew(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(48 * time.Hour)
+	if _, sess := s.State().SessionGet(nil, id); sess == nil {
+		t.Fatal("a session without a TTL expired")
+	}
+	if n := s.timers.Len(); n != before {
+		t.Fatalf("a renewal of a zero-TTL session armed a timer: %d -> %d", before, n)
+	}
+}
