@@ -5,7 +5,10 @@
 // Real() is safe for concurrent use; so must every implementation be.
 package clock
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Clock tells the time and makes timers.
 type Clock interface {
@@ -25,6 +28,19 @@ type Timer interface {
 	C() <-chan time.Time
 	Stop() bool
 	Reset(d time.Duration) bool
+}
+
+// Sleep waits d on c. It returns nil once d has passed, or ctx's error if
+// ctx ends first.
+func Sleep(ctx context.Context, c Clock, d time.Duration) error {
+	t := c.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Since is Now().Sub(t) on c.

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/clock"
 )
 
 // Errors of Election.
@@ -193,7 +194,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 			}
 			if err != nil {
 				errs++
-				if sleep(ctx, e.s.clk, backoff(errs)) != nil {
+				if clock.Sleep(ctx, e.s.clk, backoff(errs)) != nil {
 					return
 				}
 				idx = 0

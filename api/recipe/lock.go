@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/clock"
 )
 
 // LockFlagValue marks a lock key in its Flags. It is the value Consul's Go
@@ -374,7 +375,7 @@ func (l *Lock) waitInQueue(ctx context.Context, qkey string, pairs api.KVPairs) 
 			continue
 		case err == errDelayUnsaid:
 			unsaid++
-			if err := sleep(ctx, l.s.clk, backoff(unsaid)); err != nil {
+			if err := clock.Sleep(ctx, l.s.clk, backoff(unsaid)); err != nil {
 				return nil, err
 			}
 			continue
@@ -383,7 +384,7 @@ func (l *Lock) waitInQueue(ctx context.Context, qkey string, pairs api.KVPairs) 
 			return nil, err
 		}
 		errs++
-		if err := sleep(ctx, l.s.clk, backoff(errs)); err != nil {
+		if err := clock.Sleep(ctx, l.s.clk, backoff(errs)); err != nil {
 			return nil, err
 		}
 	}
@@ -748,7 +749,7 @@ func (h *Hold) watch(ctx context.Context, idx uint64, untrusted <-chan struct{})
 			// Whether the server is reachable is the keeper's to judge;
 			// keep asking until it does.
 			errs++
-			if sleep(ctx, l.s.clk, backoff(errs)) != nil {
+			if clock.Sleep(ctx, l.s.clk, backoff(errs)) != nil {
 				return
 			}
 			idx = 0

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/clock"
 )
 
 // SemaphoreFlagValue marks a semaphore's keys in their Flags. It is the
@@ -292,7 +293,7 @@ func (sem *Semaphore) wait(ctx context.Context, once bool) (*Permit, error) {
 				return nil, err
 			}
 			errs++
-			if err := sleep(ctx, sem.s.clk, backoff(errs)); err != nil {
+			if err := clock.Sleep(ctx, sem.s.clk, backoff(errs)); err != nil {
 				return nil, err
 			}
 			idx = 0
@@ -321,7 +322,7 @@ func (sem *Semaphore) wait(ctx context.Context, once bool) (*Permit, error) {
 				return nil, fmt.Errorf("failed to update lock: %w", err)
 			}
 			errs++
-			if err := sleep(ctx, sem.s.clk, backoff(errs)); err != nil {
+			if err := clock.Sleep(ctx, sem.s.clk, backoff(errs)); err != nil {
 				return nil, err
 			}
 			idx = 0
@@ -387,7 +388,7 @@ func (p *Permit) watch(ctx context.Context, untrusted <-chan struct{}) {
 		}
 		if err != nil {
 			errs++
-			if sleep(ctx, sem.s.clk, backoff(errs)) != nil {
+			if clock.Sleep(ctx, sem.s.clk, backoff(errs)) != nil {
 				return
 			}
 			idx = 0

@@ -58,18 +58,6 @@ func ctxErr(ctx context.Context, s *Session, err error) error {
 	return err
 }
 
-// sleep waits d on clk, or until ctx is done.
-func sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
-	t := clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // backoff is the wait before retrying after the n-th consecutive
 // transient error (n from 1): 250ms doubling up to 4s.
 func backoff(n int) time.Duration {

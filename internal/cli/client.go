@@ -255,7 +255,7 @@ func (c *clientAgent) settleChecks(ctx context.Context, ag *agent.Agent, clk clo
 			c.log.Warn("could not bring the agent's checks in line with the catalog yet; will retry",
 				"attempt", attempt, "retry_in", wait, "error", err)
 		}
-		if !sleepOn(ctx, clk, wait) {
+		if clock.Sleep(ctx, clk, wait) != nil {
 			return
 		}
 		wait = min(2*wait, joinRetryMax)
@@ -263,18 +263,6 @@ func (c *clientAgent) settleChecks(ctx context.Context, ag *agent.Agent, clk clo
 }
 
 var errNoServer = errors.New("No known Consul servers")
-
-// sleepOn waits d on clk; it reports false if ctx ended first.
-func sleepOn(ctx context.Context, clk clock.Clock, d time.Duration) bool {
-	t := clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C():
-		return true
-	}
-}
 
 // Bounds of keepRegistered's blocking read and of its wait after a failure.
 const (
@@ -312,7 +300,7 @@ func (c *clientAgent) keepRegistered(ctx context.Context, ag *agent.Agent, clk c
 				"retry_in", wait, "error", err)
 		}
 		index = 0
-		if !sleepOn(ctx, clk, wait) {
+		if clock.Sleep(ctx, clk, wait) != nil {
 			return
 		}
 		wait = min(2*wait, keepRegisteredRetryMax)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/holdfast/holdfast/clock"
 	"github.com/holdfast/holdfast/internal/fsm"
 	"github.com/holdfast/holdfast/internal/state"
 	"github.com/holdfast/holdfast/internal/watch"
@@ -134,14 +135,7 @@ func (s *Server) watchSelf(ctx context.Context) <-chan error {
 
 // sleep waits d on the server's clock; false if ctx ended first.
 func (s *Server) sleep(ctx context.Context, d time.Duration) bool {
-	t := s.clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C():
-		return true
-	}
+	return clock.Sleep(ctx, s.clk, d) == nil
 }
 
 // resetSessionTimers arms a full TTL for every session that has one: a new

@@ -35,11 +35,7 @@ func checkRegisterNames(req *state.RegisterRequest) error {
 			return err
 		}
 	}
-	checks := req.Checks
-	if req.Check != nil {
-		checks = append([]*state.HealthCheck{req.Check}, checks...)
-	}
-	for _, c := range checks {
+	for _, c := range req.AllChecks() {
 		if c == nil {
 			continue
 		}

@@ -24,6 +24,14 @@ type RegisterRequest struct {
 	SkipNodeUpdate bool
 }
 
+// AllChecks lists the request's checks: Check, if set, then Checks.
+func (r *RegisterRequest) AllChecks() []*HealthCheck {
+	if r.Check == nil {
+		return r.Checks
+	}
+	return append([]*HealthCheck{r.Check}, r.Checks...)
+}
+
 // DeregisterRequest removes a check, a service (with its checks) or a whole
 // node, as /v1/catalog/deregister does.
 type DeregisterRequest struct {
@@ -67,11 +75,7 @@ func (tx *wtx) register(req *RegisterRequest) error {
 		}
 		tx.ensureService(&svc)
 	}
-	checks := req.Checks
-	if req.Check != nil {
-		checks = append([]*HealthCheck{req.Check}, checks...)
-	}
-	for _, c := range checks {
+	for _, c := range req.AllChecks() {
 		if err := tx.ensureCheck(req.Node, c); err != nil {
 			return err
 		}
