@@ -195,6 +195,50 @@ func TestAuditHTTP10CloseAnnounced(t *testing.T) {
 	})
 }
 
+// Finding: an HTTP/1.0 request was answered with an "HTTP/1.1" status
+// line. RFC 9110 section 6.2 lets a server answer with its own version,
+// but net/http's Server answers "HTTP/1.0", and an old client or proxy
+// that reads the line may then expect 1.1 features (chunked bodies) the
+// request did not offer.
+func TestAuditHTTP10AnsweredInKind(t *testing.T) {
+	bothServers(t, echo, func(t *testing.T, addr string) {
+		c := auditDial(t, addr)
+		c.send("GET /ka HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+		if resp, _ := c.read("GET"); resp.Proto != "HTTP/1.0" {
+			t.Errorf("answer to HTTP/1.0 is %s; want HTTP/1.0", resp.Proto)
+		}
+	})
+}
+
+// Finding: "OPTIONS *" (a question to the server, not to a path) reached
+// the handler, which answered 404. RFC 9110 section 9.3.7 makes it a
+// question about the server's abilities; net/http's Server answers 200
+// with an empty body and does not pass it to the handler.
+func TestAuditOptionsStar(t *testing.T) {
+	var reached atomic.Bool
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Store(true)
+		http.NotFound(w, r)
+	})
+	bothServers(t, h, func(t *testing.T, addr string) {
+		reached.Store(false)
+		c := auditDial(t, addr)
+		c.send("OPTIONS * HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+		resp, body := c.read("OPTIONS")
+		if resp.StatusCode != http.StatusOK || body != "" || resp.ContentLength != 0 {
+			t.Errorf("OPTIONS * got %d, length %d, body %q; want 200 with an empty body", resp.StatusCode, resp.ContentLength, body)
+		}
+		if reached.Load() {
+			t.Error("OPTIONS * reached the handler")
+		}
+		// The body was read, so the next request is framed right.
+		c.send("GET /after HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp, _ := c.read("GET"); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("request after OPTIONS *: %d; want the handler's 404", resp.StatusCode)
+		}
+	})
+}
+
 // Finding: an unsupported transfer coding is answered 400; RFC 9112
 // section 6.1 (a server SHOULD answer 501) and net/http's Server answer
 // 501 Not Implemented.

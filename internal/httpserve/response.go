@@ -74,7 +74,7 @@ func (w *response) WriteHeader(code int) {
 			w.closeAfter = true
 		}
 	}
-	w.head = appendStatusLine(w.head, code)
+	w.head = appendStatusLine(w.head, w.req.ProtoAtLeast(1, 1), code)
 	w.app.b = &w.head
 	w.hdr.WriteSubset(&w.app, framingHeaders)
 }
@@ -88,8 +88,14 @@ var framingHeaders = map[string]bool{
 	"Trailer":           true,
 }
 
-func appendStatusLine(b []byte, code int) []byte {
-	b = append(b, "HTTP/1.1 "...)
+// appendStatusLine appends the status line for code, in HTTP/1.1 unless
+// is11 is false (the request was HTTP/1.0), as net/http's Server answers.
+func appendStatusLine(b []byte, is11 bool, code int) []byte {
+	if is11 {
+		b = append(b, "HTTP/1.1 "...)
+	} else {
+		b = append(b, "HTTP/1.0 "...)
+	}
 	b = strconv.AppendInt(b, int64(code), 10)
 	b = append(b, ' ')
 	if text := http.StatusText(code); text != "" {
@@ -105,7 +111,7 @@ func (w *response) writeInformational(code int) {
 	if !w.req.ProtoAtLeast(1, 1) {
 		return
 	}
-	b := appendStatusLine(nil, code)
+	b := appendStatusLine(nil, true, code)
 	w.app.b = &b
 	w.hdr.WriteSubset(&w.app, framingHeaders)
 	b = append(b, "\r\n"...)

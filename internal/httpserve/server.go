@@ -482,16 +482,32 @@ func (c *conn) runHandler(w *response) (ok bool) {
 			ok = false
 		}
 	}()
-	c.s.Handler.ServeHTTP(w, w.req)
+	h := c.s.Handler
+	if w.req.Method == http.MethodOptions && w.req.RequestURI == "*" {
+		h = optionsStar
+	}
+	h.ServeHTTP(w, w.req)
 	return true
 }
+
+// optionsStar answers "OPTIONS *", a question about the server rather than
+// a path, with 200 and an empty body, as net/http's Server does; handlers
+// never see it. A body of up to 4 KiB is read and dropped.
+var optionsStar = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Length", "0")
+	if r.ContentLength != 0 {
+		io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 4<<10))
+	}
+})
 
 // writeError answers a request that could not be parsed (req is nil) or is
 // refused before any handler sees it, and is followed by a close. The
 // answer to a HEAD request has the length of its body but not the body.
 func (c *conn) writeError(req *http.Request, code int, msg string) {
 	body := strconv.Itoa(code) + " " + http.StatusText(code) + ": " + msg + "\n"
-	b := appendStatusLine(nil, code)
+	// Like net/http's, this answer is HTTP/1.1 whatever the request was:
+	// it may not have been parsed far enough to know.
+	b := appendStatusLine(nil, true, code)
 	b = append(b, "Content-Type: text/plain; charset=utf-8\r\n"...)
 	b = appendLength(b, int64(len(body)))
 	b = append(b, "Connection: close\r\n\r\n"...)
