@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -486,5 +488,81 @@ func TestAuditCLIAddressesAndValues(t *testing.T) {
 	caRun(t, env, "\x00\xff\n", "kv", "put", "bin", "-")
 	if o, _, _ := caRun(t, env, "", "kv", "get", "-base64", "bin"); o != "AP8K\n" {
 		t.Fatalf("binary value from stdin: %q", o)
+	}
+}
+
+// Finding: Consul's CLI treats -h, -help and --help anywhere before "--"
+// as a request for help (exit 0, nothing sent), -v anywhere as version, and
+// answers no command or an unknown one with its usage and exit 127. holdfast
+// wrote the value "-h" for `kv put k -h`, refused `kv put k v -h` as too
+// many arguments, called -v an unknown command, and exited 1 for both.
+func TestAuditCLIHelpVersionAndUnknownAsConsul(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		code   int
+		out    string // a prefix of stdout
+		errHas string // in stderr
+	}{
+		{[]string{"kv", "put", "hk", "-h"}, 0, "", "Usage: holdfast kv put"},
+		{[]string{"kv", "put", "k", "v", "-help"}, 0, "", "Usage: holdfast kv put"},
+		{[]string{"kv", "-h", "get", "k"}, 0, "", "Usage: holdfast kv get"},
+		{[]string{"-h", "kv"}, 0, "", "Usage: holdfast kv <subcommand>"},
+		{[]string{"kv", "help"}, 0, "", "Usage: holdfast kv <subcommand>"},
+		{[]string{"session", "info", "x", "--help"}, 0, "", "Usage: holdfast session info"},
+		{[]string{"lock", "p", "ls", "-h"}, 0, "", "Usage: holdfast lock"},
+		{[]string{"-h"}, 0, "", "Usage: holdfast <command>"},
+		{[]string{"-v"}, 0, "holdfast ", ""},
+		{[]string{"kv", "get", "k", "--version"}, 0, "holdfast ", ""},
+		{[]string{}, 127, "", "Usage: holdfast <command>"},
+		{[]string{"bogus"}, 127, "", `unknown command "bogus"`},
+		{[]string{"--bogus"}, 127, "", "Usage: holdfast <command>"},
+		// After "--" the words are the child's, not the CLI's.
+		{[]string{"kv", "put", "--", "k", "-h"}, 0, "Success! Data written to: k", ""},
+	} {
+		a := newAgentStub(t, answer{body: "true"})
+		out, errs, code := runCLI(t, a, c.args, "")
+		sent := a.seen()
+		wantSent := strings.HasPrefix(c.out, "Success!")
+		if code != c.code || !strings.HasPrefix(out, c.out) || !strings.Contains(errs, c.errHas) || (len(sent) != 0) != wantSent {
+			t.Errorf("holdfast %s\nexit %d, stdout %q, stderr %q, sent %q\nwant exit %d, stdout from %q, stderr with %q, sent: %v",
+				strings.Join(c.args, " "), code, out, errs, sent, c.code, c.out, c.errHas, wantSent)
+		}
+	}
+}
+
+// Finding: every consul command takes -stale and -token-file (its HTTP
+// flags); holdfast's kv put and delete, lock and members refused -stale
+// with "flag provided but not defined", and none knew -token-file.
+func TestAuditCLICommonHTTPFlags(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var tokens []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		tokens = append(tokens, r.Header.Get("X-Consul-Token"))
+		mu.Unlock()
+		io.WriteString(w, "true")
+	}))
+	defer srv.Close()
+	env := map[string]string{"HOLDFAST_HTTP_ADDR": srv.URL}
+	for _, args := range [][]string{
+		{"kv", "put", "-stale", "-token-file", tokenFile, "k", "v"},
+		{"kv", "delete", "-stale", "-token-file", tokenFile, "k"},
+	} {
+		if out, errs, code := caRun(t, env, "", args...); code != 0 {
+			t.Errorf("holdfast %s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), code, out, errs)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(tokens) != 2 || tokens[0] != "s3cret" || tokens[1] != "s3cret" {
+		t.Errorf("tokens sent %q; want the file's, twice", tokens)
+	}
+	if _, errs, code := caRun(t, env, "", "kv", "put", "-token-file", tokenFile+".missing", "k", "v"); code != 1 ||
+		!strings.Contains(errs, "reading -token-file: ") {
+		t.Errorf("missing token file: exit %d, stderr %q", code, errs)
 	}
 }

@@ -65,24 +65,72 @@ var commands = map[string]command{
 }
 
 // Run executes the command named by args[0] (args excludes the program name).
+//
+// As in Consul's CLI, -h, -help or --help anywhere before a "--" asks for
+// the help of the command named (exit 0, nothing run), -v or --version
+// anywhere before it for the version, and no command or an unknown one
+// prints the usage and exits 127.
 func Run(ctx context.Context, args []string, stdio Stdio) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
-		usage(stdio.Err)
-		if len(args) == 0 {
-			return &ExitError{Code: 1, Msg: "no command given", Silent: true}
-		}
-		return nil
-	}
-	if args[0] == "version" || args[0] == "-version" || args[0] == "--version" {
+	if wantsVersion(args) || (len(args) > 0 && (args[0] == "version" || args[0] == "-version")) {
 		fmt.Fprintf(stdio.Out, "holdfast %s\n", Version)
 		return nil
 	}
-	c, ok := commands[args[0]]
+	rest, help := splitHelp(args)
+	if len(rest) > 0 && rest[0] == "help" {
+		rest, help = rest[1:], true
+	}
+	if len(rest) == 0 {
+		usage(stdio.Err)
+		if help {
+			return nil
+		}
+		return &ExitError{Code: 127, Msg: "no command given", Silent: true}
+	}
+	c, ok := commands[rest[0]]
 	if !ok {
 		usage(stdio.Err)
-		return &ExitError{Code: 1, Msg: fmt.Sprintf("unknown command %q", args[0])}
+		return &ExitError{Code: 127, Msg: fmt.Sprintf("unknown command %q", rest[0])}
+	}
+	if help {
+		// A command's flag set answers a leading -h with its usage; a
+		// group (dispatch) finds its subcommand among the rest first.
+		return c.run(ctx, stdio, append([]string{"-h"}, rest[1:]...))
 	}
 	return c.run(ctx, stdio, args[1:])
+}
+
+// isHelpFlag reports whether a is one of the words that ask for help.
+func isHelpFlag(a string) bool { return a == "-h" || a == "-help" || a == "--help" }
+
+// splitHelp returns args without the help flags that come before a "--",
+// and whether there were any.
+func splitHelp(args []string) (rest []string, help bool) {
+	rest = make([]string, 0, len(args))
+	for i, a := range args {
+		if a == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		if isHelpFlag(a) {
+			help = true
+			continue
+		}
+		rest = append(rest, a)
+	}
+	return rest, help
+}
+
+// wantsVersion reports whether -v or --version comes before any "--".
+func wantsVersion(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "-v" || a == "--version" {
+			return true
+		}
+	}
+	return false
 }
 
 // Version is the build's version string.

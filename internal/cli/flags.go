@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -23,19 +24,26 @@ type subcommand struct {
 // unknown one, it prints the group's usage and fails; -h prints it and
 // succeeds.
 func dispatch(ctx context.Context, stdio Stdio, group string, subs map[string]subcommand, args []string) error {
-	if len(args) == 0 {
+	rest, help := splitHelp(args)
+	if len(rest) > 0 && rest[0] == "help" {
+		rest, help = rest[1:], true
+	}
+	if len(rest) == 0 {
 		groupUsage(stdio.Err, group, subs)
+		if help {
+			return nil
+		}
 		return &ExitError{Code: 1, Msg: fmt.Sprintf("%s: missing subcommand", group), Silent: true}
 	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		groupUsage(stdio.Err, group, subs)
-		return nil
-	}
-	sub, ok := subs[args[0]]
+	sub, ok := subs[rest[0]]
 	if !ok {
 		groupUsage(stdio.Err, group, subs)
-		return &ExitError{Code: 1, Msg: fmt.Sprintf("unknown command %q", group+" "+args[0])}
+		return &ExitError{Code: 1, Msg: fmt.Sprintf("unknown command %q", group+" "+rest[0])}
+	}
+	if help {
+		// As in Consul's CLI, a help flag anywhere before "--" shows the
+		// subcommand's help and runs nothing.
+		return sub.run(ctx, stdio, []string{"-h"})
 	}
 	return sub.run(ctx, stdio, args[1:])
 }
@@ -85,7 +93,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (done bool, err error) {
 type httpFlags struct {
 	addr       string
 	token      string
+	tokenFile  string
 	datacenter string
+	// stale lets any server answer a read; every command takes it, as
+	// every consul command does, and the ones that only write ignore it.
+	stale bool
 }
 
 func (h *httpFlags) register(fs *flag.FlagSet) {
@@ -93,7 +105,9 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 		"Address of the holdfast agent's HTTP API, as host:port or an http:// or https:// URL. "+
 			"Defaults to $HOLDFAST_HTTP_ADDR, then $CONSUL_HTTP_ADDR, then "+api.DefaultAddress+".")
 	fs.StringVar(&h.token, "token", "", "ACL token to send with requests (X-Consul-Token).")
+	fs.StringVar(&h.tokenFile, "token-file", "", "File whose contents are the ACL token to send (as -token).")
 	fs.StringVar(&h.datacenter, "datacenter", "", "Datacenter to query. Defaults to the agent's.")
+	fs.BoolVar(&h.stale, "stale", false, "Let any server answer a read, possibly with stale data.")
 }
 
 // client builds an API client from the flags and stdio's environment
@@ -104,6 +118,13 @@ func (h *httpFlags) client(stdio Stdio) (*api.Client, error) {
 		cfg.Address = h.addr
 	}
 	cfg.Token = h.token
+	if h.tokenFile != "" && h.token == "" {
+		b, err := os.ReadFile(h.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading -token-file: %w", err)
+		}
+		cfg.Token = strings.TrimSpace(string(b))
+	}
 	cfg.Datacenter = h.datacenter
 	return api.NewClient(cfg)
 }

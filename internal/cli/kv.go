@@ -186,7 +186,6 @@ func runKVGet(ctx context.Context, stdio Stdio, args []string) error {
 	keys := fs.Bool("keys", false, "List the keys under the prefix without their values.")
 	recurse := fs.Bool("recurse", false, "Print every key under the prefix.")
 	separator := fs.String("separator", "/", "Separator at which -keys rolls up key names.")
-	stale := fs.Bool("stale", false, "Let any server answer, possibly with stale data.")
 	if done, err := parseFlags(fs, args); done {
 		return err
 	}
@@ -203,7 +202,7 @@ func runKVGet(ctx context.Context, stdio Stdio, args []string) error {
 		return connectError(stdio, err)
 	}
 	kv := client.KV()
-	q := &api.QueryOptions{AllowStale: *stale}
+	q := &api.QueryOptions{AllowStale: hf.stale}
 	queryFailed := func(err error) error {
 		return fail(stdio, fmt.Sprintf("Error querying Consul agent: %s", err))
 	}

@@ -98,6 +98,7 @@ func (c *lockCmd) run(ctx context.Context, stdio Stdio, args []string) error {
 	limit := fs.Int("n", 1, "Number of holders at once. Above 1 the lock is a semaphore.")
 	name := fs.String("name", "", "Name of the session. Default: one made from the child command and prefix.")
 	timeout := fs.Duration("timeout", 0, `Maximum time to wait for the lock, such as "30s"; 0 waits forever.`)
+	try := fs.Duration("try", 0, "Deprecated: the old name of -timeout, kept as consul lock keeps it.")
 	monitorRetry := fs.Int("monitor-retry", 3, "Accepted for compatibility with consul lock. holdfast rides out "+
 		"unavailability until the session's safe deadline instead of counting errors.")
 	childExitCode := fs.Bool("child-exit-code", false, "Exit 2 if the child exits with an error.")
@@ -123,6 +124,9 @@ func (c *lockCmd) run(ctx context.Context, stdio Stdio, args []string) error {
 	}
 	prefix := strings.TrimPrefix(extra[0], "/")
 	child := extra[1:]
+	if *timeout == 0 {
+		*timeout = *try
+	}
 	if *timeout < 0 {
 		return fail(stdio, "Timeout must be positive")
 	}
@@ -166,7 +170,9 @@ func (c *lockCmd) run(ctx context.Context, stdio Stdio, args []string) error {
 		Clock:        c.clk,
 	})
 	if err != nil {
-		return fail(stdio, fmt.Sprintf("Lock setup failed: %s", err))
+		// Consul's api.Lock creates its session inside Lock, so this is an
+		// acquisition failure there, and the CLI says so too.
+		return fail(stdio, fmt.Sprintf("Lock acquisition failed: %s", err))
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *ttl)
@@ -210,7 +216,7 @@ func (c *lockCmd) run(ctx context.Context, stdio Stdio, args []string) error {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			return fail(stdio, "Shutdown triggered or timeout during lock acquisition")
 		}
-		return fail(stdio, fmt.Sprintf("Lock acquisition failed: %s", err))
+		return fail(stdio, fmt.Sprintf("Lock acquisition failed: %s", consulText(err)))
 	}
 
 	childCode, lost := 0, false
@@ -350,4 +356,17 @@ func (c *lockCmd) kill(stdio Stdio, pid int, group bool, exited <-chan error, gr
 		errorLine(stdio, fmt.Sprintf("Failed to kill %d: %v", pid, err))
 	}
 	<-exited
+}
+
+// consulText words the recipes' conflict errors as Consul's api package
+// does ("Existing key does not match lock use"), which is what consul lock
+// prints; other errors are printed as they are.
+func consulText(err error) string {
+	switch {
+	case errors.Is(err, recipe.ErrLockConflict):
+		return "Existing key does not match lock use"
+	case errors.Is(err, recipe.ErrSemaphoreConflict):
+		return "Existing key does not match semaphore use"
+	}
+	return err.Error()
 }

@@ -357,3 +357,52 @@ func TestLockCommandKillsChildBeforeServerCould(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 }
+
+// Finding: holdfast lock printed the recipes' own error texts where consul
+// lock prints its api package's ("recipe: existing key does not match lock
+// use" for "Existing key does not match lock use"), called a session that
+// could not be created a setup failure (Consul's api.Lock creates it inside
+// Lock: "Lock acquisition failed: failed to create session: ..."), and did
+// not know -try, consul lock's old name for -timeout.
+func TestLockCommandErrorsInConsulWords(t *testing.T) {
+	ctx := lockCtx(t)
+	srv := servertest.New(t, servertest.Options{})
+	c := lockClient(t, srv.Addr)
+	if _, err := c.KV().Put(ctx, &api.KVPair{Key: "plain/.lock", Value: []byte("not a lock")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string // stderr, or its prefix when it ends in ": "
+	}{
+		{[]string{"plain", "true"}, "Lock acquisition failed: Existing key does not match lock use"},
+		{[]string{"-n", "2", "plain", "true"}, "Lock acquisition failed: Existing key does not match semaphore use"},
+		{[]string{"-ttl", "5s", "p", "true"}, "Lock acquisition failed: failed to create session: "},
+	} {
+		_, errOut, code := lockRun(ctx, &lockCmd{clk: srv.Clock}, nil, append([]string{"-http-addr", srv.Addr}, tc.args...)...)
+		got := strings.TrimSpace(errOut.String())
+		if ok := got == tc.want || (strings.HasSuffix(tc.want, ": ") && strings.HasPrefix(got, tc.want)); code != 1 || !ok {
+			t.Errorf("lock %v: exit %d, stderr %q; want exit 1 and %q", tc.args, code, got, tc.want)
+		}
+	}
+
+	// -try is -timeout.
+	cfg := capi.DefaultConfig()
+	cfg.Address, cfg.Scheme, cfg.Token, cfg.Datacenter = srv.Addr, "http", "", ""
+	cc, err := capi.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := cc.LockKey("shared/.lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Lock(nil); err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Unlock()
+	_, errOut, code := lockRun(ctx, &lockCmd{clk: srv.Clock}, nil, "-http-addr", srv.Addr, "-try", "300ms", "shared", "true")
+	if code != 1 || strings.TrimSpace(errOut.String()) != "Shutdown triggered or timeout during lock acquisition" {
+		t.Fatalf("-try 300ms on a held lock: exit %d, stderr %q", code, errOut)
+	}
+}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -90,7 +92,7 @@ func runMembers(ctx context.Context, stdio Stdio, args []string) error {
 	fs := newFlagSet(stdio, "members", membersUsage)
 	var hf httpFlags
 	hf.register(fs)
-	status := fs.String("status", "", "List only the members with this status (alive, leaving, left, failed).")
+	status := fs.String("status", "", "List only the members whose status (alive, leaving, left, failed) matches this regular expression, as consul members does.")
 	detailed := fs.Bool("detailed", false, "Show every tag of each member.")
 	if done, err := parseFlags(fs, args); done {
 		return err
@@ -98,14 +100,30 @@ func runMembers(ctx context.Context, stdio Stdio, args []string) error {
 	if n := fs.NArg(); n > 0 {
 		return fail(stdio, fmt.Sprintf("Error! Too many arguments (expected 0, got %d)", n))
 	}
-	switch *status {
-	case "", "alive", "leaving", "left", "failed":
-	default:
-		return fail(stdio, fmt.Sprintf("Error! Unknown -status %q: use alive, leaving, left or failed", *status))
+	statusRe, err := regexp.Compile(*status)
+	if err != nil {
+		return fail(stdio, fmt.Sprintf("Failed to compile status regexp: %v", err))
 	}
 	members, err := fetchMembers(ctx, stdio, &hf)
 	if err != nil {
 		return fail(stdio, "Error retrieving members: "+err.Error())
+	}
+	var rows []string
+	for _, m := range members {
+		st := gossip.Status(m.Status).String()
+		if !statusRe.MatchString(st) {
+			continue
+		}
+		addr := net.JoinHostPort(m.Addr, strconv.Itoa(int(m.Port)))
+		if *detailed {
+			rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s\n", m.Name, addr, st, formatTags(m.Tags)))
+			continue
+		}
+		rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\n", m.Name, addr, st, memberType(m.Tags), m.Tags["dc"]))
+	}
+	if len(rows) == 0 {
+		// As consul members: nothing printed, and exit 2.
+		return &ExitError{Code: 2, Msg: "no members matched", Silent: true}
 	}
 	tw := tabwriter.NewWriter(stdio.Out, 0, 8, 2, ' ', 0)
 	if *detailed {
@@ -113,17 +131,8 @@ func runMembers(ctx context.Context, stdio Stdio, args []string) error {
 	} else {
 		fmt.Fprintln(tw, "Node\tAddress\tStatus\tType\tDC")
 	}
-	for _, m := range members {
-		st := gossip.Status(m.Status).String()
-		if *status != "" && st != *status {
-			continue
-		}
-		addr := net.JoinHostPort(m.Addr, strconv.Itoa(int(m.Port)))
-		if *detailed {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.Name, addr, st, formatTags(m.Tags))
-			continue
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.Name, addr, st, memberType(m.Tags), m.Tags["dc"])
+	for _, r := range rows {
+		io.WriteString(tw, r)
 	}
 	return tw.Flush()
 }

@@ -185,7 +185,16 @@ func TestMembersCommand(t *testing.T) {
 		t.Fatalf("alive members: %q", out)
 	}
 
-	if _, errs, code := runAt(t, hs.URL, "members", "-status", "dead"); code != 1 || !strings.Contains(errs, `Unknown -status "dead"`) {
+	// -status is a regular expression, as in consul members; nothing
+	// matching prints nothing and exits 2, and a bad expression exits 1.
+	out, _, _ = runAt(t, hs.URL, "members", "-status", "alive|left")
+	if !strings.Contains(out, "cli1") || !strings.Contains(out, "srv1") {
+		t.Fatalf("alive|left members: %q", out)
+	}
+	if out, errs, code := runAt(t, hs.URL, "members", "-status", "dead"); code != 2 || out != "" || errs != "" {
+		t.Fatalf("no member matches: exit %d, stdout %q, stderr %q; want exit 2 and nothing printed", code, out, errs)
+	}
+	if _, errs, code := runAt(t, hs.URL, "members", "-status", "("); code != 1 || !strings.HasPrefix(errs, "Failed to compile status regexp: ") {
 		t.Fatalf("bad status: %d %q", code, errs)
 	}
 	if _, errs, code := runAt(t, hs.URL, "members", "extra"); code != 1 || !strings.Contains(errs, "Too many arguments") {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -115,7 +114,6 @@ func runSessionList(ctx context.Context, stdio Stdio, args []string) error {
 	var hf httpFlags
 	hf.register(fs)
 	node := fs.String("node", "", "List only the sessions of this node.")
-	stale := fs.Bool("stale", false, "Let any server answer, possibly with stale data.")
 	if done, err := parseFlags(fs, args); done {
 		return err
 	}
@@ -126,7 +124,7 @@ func runSessionList(ctx context.Context, stdio Stdio, args []string) error {
 	if err != nil {
 		return connectError(stdio, err)
 	}
-	q := &api.QueryOptions{AllowStale: *stale}
+	q := &api.QueryOptions{AllowStale: hf.stale}
 	var sessions []*api.SessionEntry
 	if *node != "" {
 		sessions, _, err = client.Session().Node(ctx, *node, q)
@@ -158,13 +156,10 @@ Usage: holdfast session %s [options] ID
 `
 
 // sessionIDArgs parses the flags of a verb that takes one session ID.
-func sessionIDArgs(stdio Stdio, verb, what string, args []string, extra func(fs *flag.FlagSet)) (id string, hf *httpFlags, done bool, err error) {
+func sessionIDArgs(stdio Stdio, verb, what string, args []string) (id string, hf *httpFlags, done bool, err error) {
 	fs := newFlagSet(stdio, "session "+verb, fmt.Sprintf(sessionIDUsage, verb, what))
 	hf = &httpFlags{}
 	hf.register(fs)
-	if extra != nil {
-		extra(fs)
-	}
 	if done, err := parseFlags(fs, args); done {
 		return "", nil, true, err
 	}
@@ -179,10 +174,7 @@ func sessionIDArgs(stdio Stdio, verb, what string, args []string, extra func(fs 
 }
 
 func runSessionInfo(ctx context.Context, stdio Stdio, args []string) error {
-	var stale *bool
-	id, hf, done, err := sessionIDArgs(stdio, "info", "Shows the session with the given ID.", args, func(fs *flag.FlagSet) {
-		stale = fs.Bool("stale", false, "Let any server answer, possibly with stale data.")
-	})
+	id, hf, done, err := sessionIDArgs(stdio, "info", "Shows the session with the given ID.", args)
 	if done {
 		return err
 	}
@@ -190,7 +182,7 @@ func runSessionInfo(ctx context.Context, stdio Stdio, args []string) error {
 	if err != nil {
 		return connectError(stdio, err)
 	}
-	s, _, err := client.Session().Info(ctx, id, &api.QueryOptions{AllowStale: *stale})
+	s, _, err := client.Session().Info(ctx, id, &api.QueryOptions{AllowStale: hf.stale})
 	if err != nil {
 		return fail(stdio, fmt.Sprintf("Error querying Consul agent: %s", err))
 	}
@@ -226,7 +218,7 @@ func detailedSession(s *api.SessionEntry) string {
 }
 
 func runSessionRenew(ctx context.Context, stdio Stdio, args []string) error {
-	id, hf, done, err := sessionIDArgs(stdio, "renew", "Restarts the TTL of the session with the given ID.", args, nil)
+	id, hf, done, err := sessionIDArgs(stdio, "renew", "Restarts the TTL of the session with the given ID.", args)
 	if done {
 		return err
 	}
@@ -246,7 +238,7 @@ func runSessionRenew(ctx context.Context, stdio Stdio, args []string) error {
 
 func runSessionDestroy(ctx context.Context, stdio Stdio, args []string) error {
 	id, hf, done, err := sessionIDArgs(stdio, "destroy",
-		"Destroys the session with the given ID: its locks are released (or its keys\n  deleted) and its lock-delay starts. Destroying an unknown session succeeds.", args, nil)
+		"Destroys the session with the given ID: its locks are released (or its keys\n  deleted) and its lock-delay starts. Destroying an unknown session succeeds.", args)
 	if done {
 		return err
 	}
