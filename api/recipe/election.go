@@ -15,8 +15,12 @@ var (
 	ErrNoLeader = errors.New("recipe: no leader")
 	// ErrNotLeader: Resign without a leadership.
 	ErrNotLeader = errors.New("recipe: not the leader")
-	// ErrAlreadyLeader: Campaign while this Election already leads.
+	// ErrAlreadyLeader: Campaign while this Election already leads (a
+	// term that has not been resigned, even if it was lost).
 	ErrAlreadyLeader = errors.New("recipe: already the leader")
+	// ErrCampaigning: Campaign while another Campaign of this Election
+	// waits.
+	ErrCampaigning = errors.New("recipe: already campaigning")
 )
 
 // Election elects one leader among the sessions that campaign on a key.
@@ -31,6 +35,10 @@ var (
 type Election struct {
 	s   *Session
 	key string
+	// lock is the one Lock of every term, so that a term whose release
+	// failed is still its current hold: Campaign cannot take the key
+	// again under the old term's sequencer (see Lock.Lock, ErrLockHeld).
+	lock *Lock
 
 	mu   sync.Mutex
 	lead *Leadership
@@ -39,10 +47,11 @@ type Election struct {
 
 // NewElection returns an Election on key for session s.
 func NewElection(s *Session, key string) (*Election, error) {
-	if _, err := NewLock(s, key, nil); err != nil {
+	l, err := NewLock(s, key, nil)
+	if err != nil {
 		return nil, err
 	}
-	return &Election{s: s, key: key}, nil
+	return &Election{s: s, key: key, lock: l}, nil
 }
 
 // Key is the election's key.
@@ -76,23 +85,33 @@ func (l *Leadership) Lost() <-chan struct{} { return l.hold.Lost() }
 // Err says why the term ended, nil while it lasts.
 func (l *Leadership) Err() error { return l.hold.Err() }
 
-// Resign ends the term (see Hold.Unlock); call it also after Lost.
+// Resign ends the term (see Hold.Unlock); call it also after Lost. If the
+// release fails (the server did not answer) Resign returns the error and
+// the term stays the Election's current one, so Campaign answers
+// ErrAlreadyLeader until a Resign succeeds: the server may still hold the
+// key for this term, and a new term must not begin under its sequencer.
 func (l *Leadership) Resign(ctx context.Context) error {
 	err := l.hold.Unlock(ctx)
+	if err != nil && !errors.Is(err, ErrLockNotHeld) {
+		return err
+	}
 	l.e.mu.Lock()
 	if l.e.lead == l {
 		l.e.lead = nil
 	}
 	l.e.mu.Unlock()
-	if errors.Is(err, ErrLockNotHeld) {
+	if err != nil {
 		return ErrNotLeader
 	}
-	return err
+	return nil
 }
 
 // Campaign waits until the session leads, then returns the term, with
-// value published as the leader's. It fails when ctx is done, and as soon
-// as the session is lost (ErrSessionLost).
+// value published as the leader's. It fails when ctx is done, and with
+// ErrSessionLost as soon as the session's keeper reports it lost (a
+// session the server invalidated is found at the keeper's next renewal,
+// within half a TTL; a Campaign begun after that fails at once with the
+// server's refusal).
 func (e *Election) Campaign(ctx context.Context, value []byte) (*Leadership, error) {
 	return e.campaignHook(ctx, value, nil)
 }
@@ -100,9 +119,13 @@ func (e *Election) Campaign(ctx context.Context, value []byte) (*Leadership, err
 // campaignHook is Campaign with the Lock's test hook.
 func (e *Election) campaignHook(ctx context.Context, value []byte, hook func(string)) (*Leadership, error) {
 	e.mu.Lock()
-	if e.lead != nil || e.busy {
+	switch {
+	case e.lead != nil:
 		e.mu.Unlock()
 		return nil, ErrAlreadyLeader
+	case e.busy:
+		e.mu.Unlock()
+		return nil, ErrCampaigning
 	}
 	e.busy = true
 	e.mu.Unlock()
@@ -111,11 +134,12 @@ func (e *Election) campaignHook(ctx context.Context, value []byte, hook func(str
 		e.busy = false
 		e.mu.Unlock()
 	}()
-	l, err := NewLock(e.s, e.key, &LockOptions{Value: value})
-	if err != nil {
-		return nil, err
-	}
-	l.hook = hook
+	// busy makes this the only Campaign: nothing else uses the Lock's
+	// value or hook now. Its acq orders this with a background cleanup.
+	l := e.lock
+	l.acq.Lock()
+	l.value, l.hook = value, hook
+	l.acq.Unlock()
 	h, err := l.Lock(ctx)
 	if err != nil {
 		return nil, err
@@ -159,11 +183,11 @@ func (e *Election) leaderOf(p *api.KVPair) Leader {
 }
 
 // Observe reports who leads: first the current state, then every change,
-// each new term and each vacancy. Between two different terms there is
-// always a vacancy (a lock passes from one holder to the next only through
-// being free), and Observe reports it even when it was too short to be
-// read: an observer sees leader, vacancy, leader, never two leaders in a
-// row. An observer that falls behind may miss whole terms that began and
+// each new term and each vacancy. Observe puts a vacancy between two
+// different terms even when the office was never seen empty (a
+// resignation hands the key to the next candidate in one step, and a
+// short vacancy may fall between two reads): an observer sees leader,
+// vacancy, leader, never two leaders in a row. An observer that falls behind may miss whole terms that began and
 // ended while it was not reading, but never the vacancy before the term it
 // sees next. A change of the leader's value within a term is not reported.
 //

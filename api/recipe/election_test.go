@@ -173,3 +173,36 @@ func TestObserveStops(t *testing.T) {
 	for range ch {
 	}
 }
+
+// Finding: a second Campaign while the first still waited answered
+// ErrAlreadyLeader, though the Election did not lead; it is ErrCampaigning.
+func TestElectionCampaignWhileCampaigning(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	const key = "svc/leader"
+	if _, err := mustElection(t, lockSession(t, srv, nil), key).Campaign(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	e := mustElection(t, lockSession(t, srv, nil), key)
+	wctx, cancel := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	hooked := make(chan struct{})
+	var once bool
+	go func() {
+		_, err := e.campaignHook(wctx, []byte("b"), func(string) {
+			if !once {
+				once = true
+				close(hooked)
+			}
+		})
+		waited <- err
+	}()
+	<-hooked
+	if _, err := e.Campaign(ctx, []byte("c")); err != ErrCampaigning {
+		t.Fatalf("second Campaign: %v; want ErrCampaigning", err)
+	}
+	cancel()
+	if err := <-waited; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first Campaign: %v", err)
+	}
+}

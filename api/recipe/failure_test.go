@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -40,6 +41,7 @@ type faultTransport struct {
 	match   func(*http.Request) bool
 	cancel  context.CancelFunc
 	failing bool
+	down    bool // every request fails (500), not only renewals
 	parked  int
 	changed chan struct{}
 
@@ -95,6 +97,13 @@ func (a *faultTransport) failRenews(on bool) {
 	a.mu.Unlock()
 }
 
+// setDown makes every request fail with a 500, or lets them through again.
+func (a *faultTransport) setDown(on bool) {
+	a.mu.Lock()
+	a.down = on
+	a.mu.Unlock()
+}
+
 func (a *faultTransport) update(f func()) {
 	a.mu.Lock()
 	f()
@@ -110,7 +119,7 @@ func (a *faultTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		cancel = a.cancel
 		a.match, a.cancel = nil, nil
 	}
-	failing := a.failing && strings.HasPrefix(r.URL.Path, "/v1/session/renew/")
+	failing := (a.failing && strings.HasPrefix(r.URL.Path, "/v1/session/renew/")) || a.down
 	if a.holdMatch != nil && a.holdMatch(r) {
 		a.holdMatch = nil
 		a.held = r.Clone(context.Background())
@@ -224,6 +233,76 @@ func TestLockCancelledWhileJoining(t *testing.T) {
 	p, _, err := srv.c.KV().Get(ctx, "k", nil)
 	if err != nil || p == nil || p.Session != "" {
 		t.Fatalf("key after the holder's Unlock: %+v %v (want it free, not handed to the session that gave up)", p, err)
+	}
+}
+
+// TestLockGivenUpWhileUnreachable: a waiter whose Lock gives up while it
+// cannot reach the server cannot delete its queue entry then. Finding: the
+// entry stayed, owned by a live session; once the server was reachable
+// again the holder's Unlock handed the key to it, and the lock stayed with
+// a session that no longer waited, holding up the waiter behind it for as
+// long as that session lived. The entry is now taken back in the
+// background as soon as the server answers.
+func TestLockGivenUpWhileUnreachable(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	holder := lockSession(t, srv, nil)
+	h, err := mustLock(t, holder, "k", nil).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tr := newFaultTransport()
+	quitter := faultSession(t, srv, tr, SessionOptions{})
+	qctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := mustLock(t, quitter, "k", nil).Lock(qctx)
+		done <- err
+	}()
+	tr.waitParkedOrClosed(t, nil)
+	tr.setDown(true)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock given up: %v", err)
+	}
+	qkey := "k/" + QueueDir + "/" + quitter.ID()
+	if p, _, err := srv.c.KV().Get(ctx, qkey, nil); err != nil || p == nil {
+		t.Fatalf("the quitter's entry is not left behind (%v %v): the test cut nothing", p, err)
+	}
+
+	// The server answers again; the cleanup's first retry is due 250ms
+	// after it gave up (it may be waiting for a cleanup timeout first).
+	tr.setDown(false)
+	due := func(now time.Time, due []time.Time) bool {
+		return slices.Contains(due, now.Add(backoff(1)))
+	}
+	if err := srv.Clock.BlockUntil(ctx, due); err != nil {
+		t.Fatal(err)
+	}
+	srv.Clock.Advance(backoff(1))
+	var idx uint64
+	for {
+		p, qm, err := srv.c.KV().Get(ctx, qkey, &api.QueryOptions{WaitIndex: idx})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p == nil {
+			break
+		}
+		idx = qm.LastIndex
+	}
+	// The holder's Unlock frees the key instead of handing it to the
+	// session that gave up, and the next waiter can take it.
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, err := srv.c.KV().Get(ctx, "k", nil); err != nil || p == nil || p.Session != "" {
+		t.Fatalf("key after the holder's Unlock: %+v %v (want it free)", p, err)
+	}
+	if _, err := mustLock(t, lockSession(t, srv, nil), "k", nil).TryLock(ctx); err != nil {
+		t.Fatalf("TryLock by the next session: %v", err)
 	}
 }
 
@@ -707,4 +786,53 @@ func TestLateQueueCleanupOfALostHold(t *testing.T) {
 	lines.expect("next after " + a.ID())
 	cancel()
 	<-errc
+}
+
+// TestElectionResignFailedKeepsTerm: a Resign the server never got must
+// not let the next Campaign begin under the old term's sequencer.
+// Finding: the failed Resign cleared the Election's term, the next
+// Campaign made a new Lock that adopted the key the session still held,
+// and the "new" term had the old term's LockIndex: a fencing check could
+// not tell the two apart, and a retried Resign of the old term ended the
+// new one.
+func TestElectionResignFailedKeepsTerm(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	tr := newFaultTransport()
+	s := faultSession(t, srv, tr, SessionOptions{})
+	e := mustElection(t, s, "svc/leader")
+	first, err := e.Campaign(ctx, []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.setDown(true)
+	if err := first.Resign(ctx); err == nil {
+		t.Fatal("Resign succeeded with the server unreachable")
+	}
+	tr.setDown(false)
+	if _, err := e.Campaign(ctx, []byte("b")); err != ErrAlreadyLeader {
+		t.Fatalf("Campaign after a failed Resign: %v; want ErrAlreadyLeader until a Resign succeeds", err)
+	}
+	if err := e.Resign(ctx); err != nil {
+		t.Fatalf("Resign retried: %v", err)
+	}
+	second, err := e.Campaign(ctx, []byte("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := first.Sequencer(), second.Sequencer(); a.LockIndex == b.LockIndex {
+		t.Fatalf("two terms with one sequencer: %+v and %+v", a, b)
+	}
+	// The old term's Resign, retried late, does not end the new one.
+	if err := first.Resign(ctx); err != ErrNotLeader {
+		t.Fatalf("old term's Resign: %v; want ErrNotLeader", err)
+	}
+	select {
+	case <-second.Lost():
+		t.Fatalf("the new term was lost: %v", second.Err())
+	default:
+	}
+	if ld, err := e.Leader(ctx); err != nil || ld.Sequencer != second.Sequencer() {
+		t.Fatalf("leader after the old Resign: %+v %v; want the new term %+v", ld, err, second.Sequencer())
+	}
 }

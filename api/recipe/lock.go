@@ -108,7 +108,10 @@ type LockOptions struct {
 // read and the transaction, the server refuses the hand-off and the key is
 // released plainly; the waiter behind takes it as after any release. A
 // Lock call that gives up deletes its entry first (so that no hand-off can
-// reach it afterwards) and then releases the key if one had.
+// reach it afterwards) and then releases the key if one had; it returns
+// once that is done, or after a fifth of the TTL if the server does not
+// answer. What it could not do then is retried in the background until
+// done or the session ends, and the Lock's next Lock call takes it over.
 //
 // Consul's lockers look only at the lock key, so the queue is invisible to
 // them: they neither wait in it nor are held up by it, and the lock key
@@ -136,6 +139,14 @@ type Lock struct {
 	acq  sync.Mutex // serialises Lock and TryLock
 	mu   sync.Mutex // guards hold
 	hold *Hold
+
+	// A Lock or TryLock that gave up and could not take back its queue
+	// entry or the key (the server did not answer) leaves that to a
+	// goroutine that retries until it is done or the session ends (the
+	// server then frees both). The next Lock or TryLock takes over what
+	// was left instead, and the goroutine stands down. Guarded by acq.
+	orphanGen uint64
+	orphan    bool
 
 	hook func(string) // tests: a line per waiting step
 }
@@ -198,6 +209,9 @@ func (l *Lock) Lock(ctx context.Context) (*Hold, error) {
 	}
 	ctx, stop := withSession(ctx, l.s)
 	defer stop()
+	// An entry a call before this one left behind is ours again: this
+	// call joins with it (and a key handed to it meanwhile is adopted).
+	l.orphan = false
 
 	qkey := l.queueKey()
 	h, err := func() (*Hold, error) {
@@ -212,12 +226,60 @@ func (l *Lock) Lock(ctx context.Context) (*Hold, error) {
 		// failed join too: the server may have made the entry although
 		// its answer never came, and an entry left behind, owned by a
 		// live session, would be handed the lock by the holder before.
-		cctx, cancel := cleanupCtx(ctx, l.s.clk, l.s.renewTO)
-		l.abandon(cctx, qkey)
-		cancel()
+		l.giveBack(ctx, qkey)
 		return nil, ctxErr(ctx, l.s, err)
 	}
 	return h, nil
+}
+
+// giveBack abandons qkey (see abandon) for a call that gave up, within a
+// bounded time; what it cannot do then is left to abandonLater. The
+// caller holds acq.
+func (l *Lock) giveBack(ctx context.Context, qkey string) {
+	cctx, cancel := cleanupCtx(ctx, l.s.clk, l.s.renewTO)
+	err := l.abandon(cctx, qkey)
+	cancel()
+	if err != nil {
+		l.abandonLater(qkey)
+	}
+}
+
+// abandonLater retries abandon(qkey) in the background, with backoff on
+// the session's clock, until it is done, the session ends, or a new Lock
+// or TryLock call takes over. Without it, an entry left by a call that
+// gave up while the server was unreachable would be handed the lock once
+// the server was back, by a holder's Unlock, and the lock would stay with
+// a session that no longer waits for it. The caller holds acq.
+func (l *Lock) abandonLater(qkey string) {
+	l.orphanGen++
+	gen := l.orphanGen
+	l.orphan = true
+	go func() {
+		ctx, stop := withSession(context.Background(), l.s)
+		defer stop()
+		for n := 1; ; n++ {
+			if clock.Sleep(ctx, l.s.clk, backoff(n)) != nil {
+				return
+			}
+			if !l.acq.TryLock() {
+				continue // a Lock call runs; it takes over if still left
+			}
+			if !l.orphan || l.orphanGen != gen {
+				l.acq.Unlock()
+				return
+			}
+			cctx, cancel := cleanupCtx(ctx, l.s.clk, l.s.renewTO)
+			err := l.abandon(cctx, qkey)
+			cancel()
+			if err == nil {
+				l.orphan = false
+			}
+			l.acq.Unlock()
+			if err == nil {
+				return
+			}
+		}
+	}()
 }
 
 // TryLock takes the lock if it is free and returns at once otherwise, with
@@ -237,6 +299,14 @@ func (l *Lock) TryLock(ctx context.Context) (*Hold, error) {
 	}
 	ctx, stop := withSession(ctx, l.s)
 	defer stop()
+	if l.orphan {
+		// A Lock call that gave up left its queue entry, which a
+		// holder's Unlock could hand the key to: take it back first.
+		if err := l.abandon(ctx, l.queueKey()); err != nil {
+			return nil, ctxErr(ctx, l.s, err)
+		}
+		l.orphan = false
+	}
 	p, _, err := l.kv.Get(ctx, l.key, nil)
 	if err != nil {
 		return nil, ctxErr(ctx, l.s, err)
@@ -254,9 +324,7 @@ func (l *Lock) TryLock(ctx context.Context) (*Hold, error) {
 	case err != nil:
 		// The acquire may have been applied without our hearing of it:
 		// give the key back if the session has it, since no Hold will.
-		cctx, cancel := cleanupCtx(ctx, l.s.clk, l.s.renewTO)
-		l.abandon(cctx, "")
-		cancel()
+		l.giveBack(ctx, "")
 		return nil, ctxErr(ctx, l.s, err)
 	case h != nil:
 		return h, nil
@@ -906,17 +974,22 @@ func (l *Lock) successor(ctx context.Context, qkey string) *api.KVPair {
 // first, so that no hand-off can reach us afterwards; one that came
 // before is then found on the key and passed on with a plain release.
 // With qkey "" (TryLock) it only gives back a key the session holds.
-func (l *Lock) abandon(ctx context.Context, qkey string) {
+// It returns an error if a step could not be done (the server did not
+// answer): the entry may still be there, or the key still ours.
+func (l *Lock) abandon(ctx context.Context, qkey string) error {
 	if qkey != "" {
 		if _, err := l.kv.Delete(ctx, qkey, nil); err != nil {
-			return
+			return err
 		}
 	}
 	p, _, err := l.kv.Get(ctx, l.key, nil)
-	if err != nil || p == nil || p.Session != l.s.id {
-		return
+	if err != nil {
+		return err
 	}
-	l.release(ctx, l.s.id, p.LockIndex, "", nil)
+	if p == nil || p.Session != l.s.id {
+		return nil
+	}
+	return l.release(ctx, l.s.id, p.LockIndex, "", nil)
 }
 
 // ErrLockInUse is returned by Destroy while the key is held.

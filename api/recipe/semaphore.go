@@ -272,7 +272,6 @@ func (sem *Semaphore) wait(ctx context.Context, once bool) (*Permit, error) {
 	var (
 		idx    uint64
 		errs   int
-		races  int
 		rejoin bool
 	)
 	for {
@@ -330,10 +329,9 @@ func (sem *Semaphore) wait(ctx context.Context, once bool) (*Permit, error) {
 		}
 		if !ok || len(resp.Results) == 0 || resp.Results[0].KV == nil {
 			// Another contender changed .lock first: look again at once.
-			races++
-			if once && races > 16 {
-				return nil, ErrSemaphoreFull
-			}
+			// Every lost race is someone else's write, so even TryAcquire
+			// goes round again: only a read that finds every slot taken
+			// makes it answer ErrSemaphoreFull.
 			idx = 0
 			continue
 		}

@@ -422,3 +422,44 @@ func TestSemaphoreFlagsAgree(t *testing.T) {
 		}
 	}
 }
+
+// Finding: TryAcquire answered ErrSemaphoreFull after 16 lost races on
+// .lock, although slots were free: of 60 contenders calling it at once on
+// a semaphore of 60 slots, 53 got a permit. A lost race is another
+// contender's write, so it must look again; only a full semaphore is
+// "full".
+func TestSemaphoreTryAcquireRacesAreNotFull(t *testing.T) {
+	const n = 60
+	ctx := testCtx(t)
+	srv := newServer(t)
+	const prefix = "race/slots"
+	sems := make([]*Semaphore, n)
+	for i := range sems {
+		sems[i] = mustSemaphore(t, semSession(t, srv), prefix, n)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i, sem := range sems {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, errs[i] = sem.TryAcquire(ctx)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("contender %d of %d on %d slots: %v", i, n, n, err)
+		}
+	}
+	if h := holders(t, srv, prefix); len(h) != n {
+		t.Fatalf("%d holders recorded, want %d", len(h), n)
+	}
+	// And a semaphore that is full is still said to be.
+	if _, err := mustSemaphore(t, semSession(t, srv), prefix, n).TryAcquire(ctx); err != ErrSemaphoreFull {
+		t.Fatalf("TryAcquire on a full semaphore: %v", err)
+	}
+}

@@ -129,8 +129,10 @@ func SafeDeadline(margin time.Duration) Deadline {
 // noticed, up to half a TTL (the renew interval) plus the renew timeout
 // after the last renew the server saw, so with 100 the keeper may report
 // Lost well after the server freed the locks; 33 assumes the failure was
-// noticed within two thirds of a TTL. It is here for programs that want
-// Curator's behaviour.
+// noticed within two thirds of a TTL, which a server that goes silent
+// defeats with the default renew timing (noticed at 0.7 of a TTL; see
+// docs/sessions.md). It is here for programs that want Curator's
+// behaviour.
 func CuratorDeadline(percent int) Deadline {
 	return Deadline{curator: true, percent: percent}
 }
@@ -402,8 +404,27 @@ func (s *Session) Listen(ctx context.Context) <-chan Event {
 		s.listeners = append(s.listeners, l)
 	}
 	s.mu.Unlock()
-	go l.run(ctx)
+	go func() {
+		l.run(ctx)
+		s.unlisten(l)
+		close(l.ch)
+	}()
 	return l.ch
+}
+
+// unlisten forgets l, whose channel is closed: a listener whose ctx ended
+// would otherwise stay in the list, and be pushed every later event, for
+// as long as the session lives.
+func (s *Session) unlisten(l *listener) {
+	l.finish()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, x := range s.listeners {
+		if x == l {
+			s.listeners = append(s.listeners[:i], s.listeners[i+1:]...)
+			return
+		}
+	}
 }
 
 // Close stops the keeper and destroys the session on the server, which
@@ -745,8 +766,9 @@ func (l *listener) poke() {
 	}
 }
 
+// run delivers l's queue until it is final and empty or ctx ends; its
+// caller closes the channel.
 func (l *listener) run(ctx context.Context) {
-	defer close(l.ch)
 	for {
 		l.mu.Lock()
 		if len(l.q) == 0 {
