@@ -273,26 +273,10 @@ func TestLockGivenUpWhileUnreachable(t *testing.T) {
 	}
 
 	// The server answers again; the cleanup's first retry is due 250ms
-	// after it gave up (it may be waiting for a cleanup timeout first).
+	// after it gave up.
 	tr.setDown(false)
-	due := func(now time.Time, due []time.Time) bool {
-		return slices.Contains(due, now.Add(backoff(1)))
-	}
-	if err := srv.Clock.BlockUntil(ctx, due); err != nil {
-		t.Fatal(err)
-	}
-	srv.Clock.Advance(backoff(1))
-	var idx uint64
-	for {
-		p, qm, err := srv.c.KV().Get(ctx, qkey, &api.QueryOptions{WaitIndex: idx})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p == nil {
-			break
-		}
-		idx = qm.LastIndex
-	}
+	advanceToRetry(t, ctx, srv)
+	waitGone(t, ctx, srv, qkey)
 	// The holder's Unlock frees the key instead of handing it to the
 	// session that gave up, and the next waiter can take it.
 	if err := h.Unlock(ctx); err != nil {
@@ -303,6 +287,63 @@ func TestLockGivenUpWhileUnreachable(t *testing.T) {
 	}
 	if _, err := mustLock(t, lockSession(t, srv, nil), "k", nil).TryLock(ctx); err != nil {
 		t.Fatalf("TryLock by the next session: %v", err)
+	}
+}
+
+// advanceToRetry waits for a background cleanup's first retry to be due
+// on srv's clock, and moves the clock to it.
+func advanceToRetry(t *testing.T, ctx context.Context, srv *server) {
+	t.Helper()
+	due := func(now time.Time, due []time.Time) bool {
+		return slices.Contains(due, now.Add(backoff(1)))
+	}
+	if err := srv.Clock.BlockUntil(ctx, due); err != nil {
+		t.Fatal(err)
+	}
+	srv.Clock.Advance(backoff(1))
+}
+
+// waitGone waits (a blocking read, bounded by ctx) until key is gone.
+func waitGone(t *testing.T, ctx context.Context, srv *server, key string) {
+	t.Helper()
+	var idx uint64
+	for {
+		p, qm, err := srv.c.KV().Get(ctx, key, &api.QueryOptions{WaitIndex: idx})
+		if err != nil {
+			t.Fatalf("waiting for %s to go: %v", key, err)
+		}
+		if p == nil {
+			return
+		}
+		idx = qm.LastIndex
+	}
+}
+
+// TestSemaphoreGivenUpWhileUnreachable: an Acquire whose slot was written
+// but whose answer was lost, and which then cannot reach the server to
+// delete its contender entry, must not keep the slot. Finding: the entry
+// stayed, owned by a live session, so the session counted as a holder
+// with no Permit to release, for as long as it lived.
+func TestSemaphoreGivenUpWhileUnreachable(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	const prefix = "one/slot"
+	tr := newFaultTransport()
+	quitter := faultSession(t, srv, tr, SessionOptions{Behavior: api.SessionBehaviorDelete})
+	qctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tr.arm(isTxn, func() { tr.setDown(true); cancel() })
+	if _, err := mustSemaphore(t, quitter, prefix, 1).Acquire(qctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire given up: %v", err)
+	}
+	if h := holders(t, srv, prefix); !h[quitter.ID()] {
+		t.Fatalf("holders %v: the slot's write did not go through, the test cut nothing", h)
+	}
+	tr.setDown(false)
+	advanceToRetry(t, ctx, srv)
+	waitGone(t, ctx, srv, prefix+"/"+quitter.ID())
+	if _, err := mustSemaphore(t, semSession(t, srv), prefix, 1).TryAcquire(ctx); err != nil {
+		t.Fatalf("TryAcquire of the slot the quitter gave up: %v", err)
 	}
 }
 

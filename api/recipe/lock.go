@@ -140,13 +140,9 @@ type Lock struct {
 	mu   sync.Mutex // guards hold
 	hold *Hold
 
-	// A Lock or TryLock that gave up and could not take back its queue
-	// entry or the key (the server did not answer) leaves that to a
-	// goroutine that retries until it is done or the session ends (the
-	// server then frees both). The next Lock or TryLock takes over what
-	// was left instead, and the goroutine stands down. Guarded by acq.
-	orphanGen uint64
-	orphan    bool
+	// What a Lock or TryLock that gave up could not take back (its queue
+	// entry, the key). Guarded by acq.
+	left leftover
 
 	hook func(string) // tests: a line per waiting step
 }
@@ -211,7 +207,7 @@ func (l *Lock) Lock(ctx context.Context) (*Hold, error) {
 	defer stop()
 	// An entry a call before this one left behind is ours again: this
 	// call joins with it (and a key handed to it meanwhile is adopted).
-	l.orphan = false
+	l.left.takeOver()
 
 	qkey := l.queueKey()
 	h, err := func() (*Hold, error) {
@@ -233,53 +229,15 @@ func (l *Lock) Lock(ctx context.Context) (*Hold, error) {
 }
 
 // giveBack abandons qkey (see abandon) for a call that gave up, within a
-// bounded time; what it cannot do then is left to abandonLater. The
-// caller holds acq.
+// bounded time; what it cannot do then is retried in the background (see
+// leftover). The caller holds acq.
 func (l *Lock) giveBack(ctx context.Context, qkey string) {
 	cctx, cancel := cleanupCtx(ctx, l.s.clk, l.s.renewTO)
 	err := l.abandon(cctx, qkey)
 	cancel()
 	if err != nil {
-		l.abandonLater(qkey)
+		l.left.later(l.s, &l.acq, func(ctx context.Context) error { return l.abandon(ctx, qkey) })
 	}
-}
-
-// abandonLater retries abandon(qkey) in the background, with backoff on
-// the session's clock, until it is done, the session ends, or a new Lock
-// or TryLock call takes over. Without it, an entry left by a call that
-// gave up while the server was unreachable would be handed the lock once
-// the server was back, by a holder's Unlock, and the lock would stay with
-// a session that no longer waits for it. The caller holds acq.
-func (l *Lock) abandonLater(qkey string) {
-	l.orphanGen++
-	gen := l.orphanGen
-	l.orphan = true
-	go func() {
-		ctx, stop := withSession(context.Background(), l.s)
-		defer stop()
-		for n := 1; ; n++ {
-			if clock.Sleep(ctx, l.s.clk, backoff(n)) != nil {
-				return
-			}
-			if !l.acq.TryLock() {
-				continue // a Lock call runs; it takes over if still left
-			}
-			if !l.orphan || l.orphanGen != gen {
-				l.acq.Unlock()
-				return
-			}
-			cctx, cancel := cleanupCtx(ctx, l.s.clk, l.s.renewTO)
-			err := l.abandon(cctx, qkey)
-			cancel()
-			if err == nil {
-				l.orphan = false
-			}
-			l.acq.Unlock()
-			if err == nil {
-				return
-			}
-		}
-	}()
 }
 
 // TryLock takes the lock if it is free and returns at once otherwise, with
@@ -299,13 +257,13 @@ func (l *Lock) TryLock(ctx context.Context) (*Hold, error) {
 	}
 	ctx, stop := withSession(ctx, l.s)
 	defer stop()
-	if l.orphan {
+	if l.left.pending() {
 		// A Lock call that gave up left its queue entry, which a
 		// holder's Unlock could hand the key to: take it back first.
 		if err := l.abandon(ctx, l.queueKey()); err != nil {
 			return nil, ctxErr(ctx, l.s, err)
 		}
-		l.orphan = false
+		l.left.takeOver()
 	}
 	p, _, err := l.kv.Get(ctx, l.key, nil)
 	if err != nil {

@@ -64,6 +64,11 @@ type SemaphoreOptions struct {
 // Unlike Lock, waiting is not queued: every change under the prefix wakes
 // every waiter, as with Consul's.
 //
+// An Acquire that gives up deletes its contender entry, which gives back
+// a slot it may have taken without hearing so. If the server does not
+// answer then, the delete is retried in the background until done or the
+// session ends, and the Semaphore's next Acquire takes the entry over.
+//
 // A slot belongs to a session, not to a Semaphore: use one Semaphore per
 // prefix per session. Two Semaphores of one session on one prefix share
 // its contender entry and its slot, so both get a permit for it.
@@ -75,6 +80,7 @@ type Semaphore struct {
 	kv     *api.KV
 
 	acq    sync.Mutex
+	left   leftover // a contender entry an Acquire that gave up left; guarded by acq
 	mu     sync.Mutex
 	permit *Permit
 }
@@ -173,6 +179,8 @@ func (sem *Semaphore) acquire(ctx context.Context, once bool) (*Permit, error) {
 	}
 	ctx, stop := withSession(ctx, sem.s)
 	defer stop()
+	// A contender entry left by an Acquire before is ours again.
+	sem.left.takeOver()
 	p, err := func() (*Permit, error) {
 		if err := sem.contend(ctx); err != nil {
 			return nil, err
@@ -183,8 +191,17 @@ func (sem *Semaphore) acquire(ctx context.Context, once bool) (*Permit, error) {
 		// Delete our contender entry, even though ctx may be over. This
 		// goes for a failed contend too: the server may have made the
 		// entry although its answer never came.
+		// While the entry stays, its live session counts as a holder if
+		// our slot's write went through unheard: what the server did not
+		// take now is retried in the background (see leftover).
+		leave := func(ctx context.Context) error {
+			_, err := sem.kv.Delete(ctx, sem.contenderKey(), nil)
+			return err
+		}
 		cctx, cancel := cleanupCtx(ctx, sem.s.clk, sem.s.renewTO)
-		sem.kv.Delete(cctx, sem.contenderKey(), nil)
+		if leave(cctx) != nil {
+			sem.left.later(sem.s, &sem.acq, leave)
+		}
 		cancel()
 		return nil, ctxErr(ctx, sem.s, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/holdfast/holdfast/api"
@@ -98,3 +99,59 @@ func isClosed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// leftover is cleanup that a call which gave up could not finish because
+// the server did not answer: a lock's queue entry, a semaphore's contender
+// entry, a key taken without the answer arriving. Left in place, such an
+// entry belongs to a live session, so a holder's Unlock hands it the lock
+// or it keeps a semaphore's slot, for as long as the session lives.
+//
+// Its fields are guarded by the owner's acq mutex, which every method's
+// caller holds; the background goroutine takes it with TryLock.
+type leftover struct {
+	gen  uint64
+	left bool
+}
+
+// later retries undo in the background, with backoff on the session's
+// clock, until it succeeds, the session ends (the server then frees what
+// the session held), or a new call takes over. acq is the owner's mutex,
+// held by the caller.
+func (o *leftover) later(s *Session, acq *sync.Mutex, undo func(context.Context) error) {
+	o.gen++
+	gen := o.gen
+	o.left = true
+	go func() {
+		ctx, stop := withSession(context.Background(), s)
+		defer stop()
+		for n := 1; ; n++ {
+			if clock.Sleep(ctx, s.clk, backoff(n)) != nil {
+				return
+			}
+			if !acq.TryLock() {
+				continue // a call runs; it takes over if anything is still left
+			}
+			if !o.left || o.gen != gen {
+				acq.Unlock()
+				return
+			}
+			cctx, cancel := cleanupCtx(ctx, s.clk, s.renewTO)
+			err := undo(cctx)
+			cancel()
+			if err == nil {
+				o.left = false
+			}
+			acq.Unlock()
+			if err == nil {
+				return
+			}
+		}
+	}()
+}
+
+// pending reports whether cleanup is still left to the background.
+func (o *leftover) pending() bool { return o.left }
+
+// takeOver says that the caller's new call now owns what was left (it
+// rejoins with the same entry), so the background stands down.
+func (o *leftover) takeOver() { o.left = false }
