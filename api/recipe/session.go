@@ -49,7 +49,9 @@ type Event struct {
 	// At is the keeper's clock when the change happened.
 	At time.Time
 	// Err says why, for Suspended (the failed renew) and Lost
-	// (ErrSessionExpired, ErrDeadlinePassed or ErrSessionClosed).
+	// (ErrSessionExpired or ErrDeadlinePassed). A session ended by Close
+	// keeps its last State, with Err ErrSessionClosed: that is the first
+	// and only Event of a Listen after Close.
 	Err error
 }
 
