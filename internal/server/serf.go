@@ -327,9 +327,21 @@ func (s *Server) serfLoop(sf *serfState) {
 
 // reconcileAll brings every member into the catalog, then removes nodes
 // the pool has forgotten (outside the grace period). Events pending when
-// it starts are superseded by it.
+// it starts are superseded by it, but for their losses: a member that
+// failed and came back before the loop got to it is alive in the pool,
+// and only the pending loss says that its sessions were held by a process
+// that died. Those are replayed first.
 func (s *Server) reconcileAll(sf *serfState) error {
-	sf.takePending()
+	evs := sf.takePending()
+	for i, ev := range evs {
+		if !isLoss(ev.Type) {
+			continue
+		}
+		if err := s.reconcileEvent(ev); err != nil {
+			sf.putBack(evs[i:])
+			return err
+		}
+	}
 	members := sf.members.Members()
 	known := make(map[string]bool, len(members))
 	for _, m := range members {
@@ -361,18 +373,20 @@ func (s *Server) reconcileAll(sf *serfState) error {
 func (s *Server) reconcilePending(sf *serfState) error {
 	evs := sf.takePending()
 	for i, ev := range evs {
-		var err error
-		if ev.Type == gossip.EventReap {
-			err = s.reconcileGone(ev.Member.Name)
-		} else {
-			err = s.reconcileMember(ev.Member)
-		}
-		if err != nil {
+		if err := s.reconcileEvent(ev); err != nil {
 			sf.putBack(evs[i:])
 			return err
 		}
 	}
 	return nil
+}
+
+// reconcileEvent makes the catalog agree with one event of the pool.
+func (s *Server) reconcileEvent(ev gossip.Event) error {
+	if ev.Type == gossip.EventReap {
+		return s.reconcileGone(ev.Member.Name)
+	}
+	return s.reconcileMember(ev.Member)
 }
 
 // reconcileMember makes the catalog agree with what gossip says of m. It

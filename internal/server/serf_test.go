@@ -351,3 +351,41 @@ func TestSerfWithRealGossip(t *testing.T) {
 	}
 	t.Logf("second server: %v", err)
 }
+
+// Finding: a full reconcile dropped the events pending when it began, the
+// losses among them. A member that failed and came back while no term was
+// reconciling (here between two terms) is alive in the pool, and only the
+// pending failure said that its sessions had been held by a process that
+// died: they survived. The full pass now replays pending losses first.
+func TestSerfFullPassKeepsPendingLosses(t *testing.T) {
+	clk := clocktest.NewFake(epoch)
+	s := newTestServer(t, "", clk)
+	fm := &fakeMembers{}
+	fm.set(member("node1", "127.0.0.1", gossip.StatusAlive), member("c1", "10.0.0.7", gossip.StatusAlive))
+	sf := newSerfState("node1")
+	s.serf = sf // so that a new term wakes the loop, as startGossip wires it
+	s.startSerf(sf, fm, 0, time.Minute)
+	waitState(t, s, "c1 passing", func(ws watch.Set) bool {
+		c := serfCheck(ws, s, "c1")
+		return c != nil && c.Status == state.HealthPassing
+	})
+	id := mustSession(t, s, state.Session{Node: "c1", NodeChecks: []string{state.SerfCheckID}})
+	gaLock(t, s, "svc/leader", id)
+
+	s.stopLeading()
+	sf.memberEvent(gossip.Event{Type: gossip.EventFailed, Member: member("c1", "10.0.0.7", gossip.StatusFailed)})
+	sf.memberEvent(gossip.Event{Type: gossip.EventJoin, Member: member("c1", "10.0.0.7", gossip.StatusAlive)})
+	sf.memberEvent(gossip.Event{Type: gossip.EventJoin, Member: member("c9", "10.0.0.9", gossip.StatusAlive)})
+	fm.set(member("node1", "127.0.0.1", gossip.StatusAlive), member("c1", "10.0.0.7", gossip.StatusAlive),
+		member("c9", "10.0.0.9", gossip.StatusAlive))
+	s.startLeading()
+	// The new term's full pass registers c9 after replaying c1's loss.
+	waitState(t, s, "c9 registered", func(ws watch.Set) bool { return serfCheck(ws, s, "c9") != nil })
+	if gaSessionAlive(s, id) {
+		t.Fatalf("c1 failed while no term was reconciling, and its session survived (serfHealth %q)", gaSerf(s, "c1"))
+	}
+	waitState(t, s, "c1 passing again", func(ws watch.Set) bool {
+		c := serfCheck(ws, s, "c1")
+		return c != nil && c.Status == state.HealthPassing
+	})
+}
