@@ -154,7 +154,13 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	defer ag.Close()
 	agentRef.Store(ag)
 	go restoreAgentChecks(ctx, srv, ag, logger)
+	// Done at shutdown, so that parked blocking queries (a client agent
+	// keeps one open all the time) answer at once instead of holding the
+	// shutdown for up to its five seconds.
+	httpStop, stopHTTP := context.WithCancel(context.Background())
+	defer stopHTTP()
 	handler := httpapi.New(srv, httpapi.Options{
+		Stop:   httpStop,
 		Agent:  ag,
 		Logger: slog.New(hclogHandler{logger}),
 		Jitter: func(max time.Duration) time.Duration {
@@ -219,6 +225,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	stopHTTP()
 	hs.Shutdown(sctx)
 	if err := srv.Shutdown(); err != nil && runErr == nil {
 		runErr = &ExitError{Code: 1, Msg: "agent: shutdown: " + err.Error()}

@@ -109,10 +109,16 @@ func (o gossipOptions) config(logger hclog.Logger, tags map[string]string) *goss
 // logged by the pool. It is not waited for: a dial in flight when the
 // agent stops ends on its own within the gossip TCP timeout.
 //
+// Once joined, it joins the -join addresses again whenever the pool holds
+// no live server (looking every reconnect interval): a server that left or
+// restarted, or was forgotten after a long outage, does not know this
+// agent any more, and would otherwise deregister its node, and drop its
+// sessions, though it lives.
+//
 // The channel it returns delivers the error that must stop the agent: a
 // member of the pool already uses this agent's name.
 func startJoin(ctx context.Context, pool *gossip.Pool, joins []string, logger hclog.Logger) <-chan error {
-	fatal := make(chan error, 1)
+	fatal := make(chan error, 2)
 	if len(joins) == 0 {
 		return fatal
 	}
@@ -129,8 +135,118 @@ func startJoin(ctx context.Context, pool *gossip.Pool, joins []string, logger hc
 			return
 		}
 		logger.Info("joined the gossip pool", "agents_contacted", n)
+		if err := keepJoined(ctx, pool, joins, clock.Real(), logger); err != nil {
+			fatal <- err
+		}
 	}()
 	return fatal
+}
+
+// keepJoined joins the -join addresses again whenever, at a look every
+// reconnect interval on clk, no server is alive in the pool. It returns a
+// *gossip.NameConflictError if such a join finds this agent's name taken,
+// and nil when ctx ends or the pool stops.
+func keepJoined(ctx context.Context, pool *gossip.Pool, joins []string, clk clock.Clock, logger hclog.Logger) error {
+	failures := 0
+	for {
+		if clock.Sleep(ctx, clk, pool.Timing().Reconnect) != nil {
+			return nil
+		}
+		if hasLiveServer(pool.Members()) {
+			failures = 0
+			continue
+		}
+		_, err := pool.Join(joins)
+		var nc *gossip.NameConflictError
+		switch {
+		case err == nil:
+			failures = 0
+			logger.Info("no live server was known: joined the -join addresses again")
+		case errors.As(err, &nc):
+			return err
+		case errors.Is(err, gossip.ErrShutdown):
+			return nil
+		default:
+			// Every interval while the servers are away: say so once.
+			if failures++; failures == 1 {
+				logger.Warn("no live server is known, and the -join addresses do not answer; will keep trying", "error", err.Error())
+			}
+		}
+	}
+}
+
+// hasLiveServer reports whether ms has a server that is alive.
+func hasLiveServer(ms []gossip.Member) bool {
+	for _, m := range ms {
+		if memberType(m.Tags) == "server" && m.Status == gossip.StatusAlive {
+			return true
+		}
+	}
+	return false
+}
+
+// guardName watches for another agent claiming this agent's name after
+// it joined (the pool reports it; see gossip.Pool.Conflicts). The servers'
+// pool keeps one of the two under the name, and sessions bound to the name
+// follow that one's health: if it is the other one, this agent must stop,
+// or it would serve sessions whose fate it does not decide. It asks a
+// server which address holds the name, again every reconnect interval
+// until the answer is clear, and sends the error that stops this agent to
+// fatal. The agent that holds the name carries on.
+func (c *clientAgent) guardName(ctx context.Context, pool *gossip.Pool, clk clock.Clock, fatal chan<- error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-pool.Conflicts():
+		}
+		for {
+			holder, err := c.nameHolder(ctx)
+			switch {
+			case err != nil:
+				c.log.Warn("another agent claims this agent's name; cannot ask a server which one keeps it yet", "error", err)
+			case holder == pool.Addr():
+				c.log.Info("another agent claims this agent's name; the servers keep this one", "other", pool.Conflict())
+			case holder != "":
+				select {
+				case fatal <- &gossip.NameConflictError{Name: c.node, Other: holder}:
+				default:
+				}
+				return
+			}
+			if err == nil && holder != "" {
+				break
+			}
+			if clock.Sleep(ctx, clk, pool.Timing().Reconnect) != nil {
+				return
+			}
+		}
+	}
+}
+
+// nameHolder asks a server's gossip pool which address holds this agent's
+// name: "" if no live member has it there (yet).
+func (c *clientAgent) nameHolder(ctx context.Context) (string, error) {
+	srv := c.server()
+	if srv == "" {
+		return "", errors.New("No known Consul servers")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cl, err := api.NewClient(&api.Config{Address: srv, HTTPClient: http.DefaultClient})
+	if err != nil {
+		return "", err
+	}
+	ms, err := cl.Agent().Members(ctx)
+	if err != nil {
+		return "", fmt.Errorf("reading the members from %s: %w", srv, err)
+	}
+	for _, m := range ms {
+		if m.Name == c.node && gossip.Status(m.Status) == gossip.StatusAlive {
+			return net.JoinHostPort(m.Addr, strconv.Itoa(int(m.Port))), nil
+		}
+	}
+	return "", nil
 }
 
 // clientOptions configure a client agent.
@@ -190,13 +306,20 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 		}}})
 	defer ag.Close()
 	c.local = httpapi.AgentHandler(ag, o.datacenter, httpapi.Options{})
-	hs := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
+	// Requests in flight end when the agent stops: a blocking query
+	// forwarded to a server must not hold the shutdown for its wait.
+	baseCtx, stopRequests := context.WithCancel(context.Background())
+	defer stopRequests()
+	hs := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return baseCtx }}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 
 	jctx, stopJoin := context.WithCancel(ctx)
 	defer stopJoin()
 	fatal := startJoin(jctx, pool, o.gossip.joins, o.logger)
+	nameTaken := make(chan error, 1)
+	go c.guardName(jctx, pool, clock.Real(), nameTaken)
 	settled := make(chan struct{})
 	go func() {
 		defer close(settled)
@@ -210,24 +333,34 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 		fmt.Fprintf(stdio.Out, "  data:    %s (the agent's checks and services)\n", o.dataDir)
 	}
 
-	var runErr error
+	var (
+		runErr       error
+		nameTakenErr bool // the name is another agent's
+	)
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(stdio.Out, "holdfast agent shutting down")
 	case err := <-errc:
 		runErr = &ExitError{Code: 1, Msg: "agent: HTTP server stopped: " + err.Error()}
-	case err := <-fatal:
-		runErr = &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "gossip: ")}
+	case err := <-fatal: // the name is taken (see startJoin)
+		runErr, nameTakenErr = &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "gossip: ")}, true
+	case err := <-nameTaken:
+		runErr, nameTakenErr = &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "gossip: ")}, true
 	}
 	stopJoin()
 	<-settled
 	// Leave first, so the servers deregister this node rather than wait to
-	// declare it failed.
-	if err := pool.Leave(5 * time.Second); err != nil {
-		o.logger.Warn("leaving the gossip pool", "error", err)
+	// declare it failed. Not when the name is another agent's: a goodbye
+	// under it would be taken as that agent's (its sessions invalidated,
+	// its node deregistered).
+	if !nameTakenErr {
+		if err := pool.Leave(5 * time.Second); err != nil {
+			o.logger.Warn("leaving the gossip pool", "error", err)
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	stopRequests()
 	hs.Shutdown(sctx)
 	pool.Shutdown()
 	return runErr

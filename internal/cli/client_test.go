@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -554,5 +555,86 @@ func TestClientAgentWritesItsChecksBackWhenTheNodeComesBack(t *testing.T) {
 		if err := ws.WatchCtx(waitCtx); err != nil {
 			t.Fatalf("the agent's check and service did not come back: checks %v, services %d", ids, len(svcs))
 		}
+	}
+}
+
+// Finding: a client agent joined its -join addresses once. A server that
+// left (or was forgotten after a long outage) and came back with a fresh
+// pool did not know the client, the client never tried the server again
+// (a pool retries failed members, not ones that left), and the server,
+// once its grace period was over, deregistered the live client's node and
+// dropped its sessions. keepJoined joins the -join addresses again when
+// no server is alive in the pool.
+func TestClientAgentRejoinsAServerThatCameBack(t *testing.T) {
+	newServerPool := func(port int) *gossip.Pool {
+		p, err := gossip.New(gossip.Config{Name: "srv1", BindAddr: "127.0.0.1", BindPort: port, Profile: gossip.ProfileFast,
+			Tags: map[string]string{"role": "server"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Shutdown() })
+		return p
+	}
+	memberStatus := func(p *gossip.Pool, name string) gossip.Status {
+		m, ok := p.Member(name)
+		if !ok {
+			return gossip.StatusNone
+		}
+		return m.Status
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(10 * time.Millisecond) // gossip runs on real time
+		}
+	}
+
+	srv := newServerPool(0)
+	addr := srv.Addr()
+	_, port, _ := net.SplitHostPort(addr)
+	// The pool's own reconnects (of failed members) are kept out of the
+	// way: only keepJoined may bring the client back.
+	cli, err := gossip.New(gossip.Config{Name: "cli1", BindAddr: "127.0.0.1", Profile: gossip.ProfileFast,
+		Tags: map[string]string{"role": "client"}, ReconnectInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Shutdown()
+	if _, err := cli.Join([]string{addr}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clk := clocktest.NewFake(time.Unix(0, 0))
+	done := make(chan error, 1)
+	go func() { done <- keepJoined(ctx, cli, []string{addr}, clk, hclog.NewNullLogger()) }()
+
+	// The server leaves and comes back on the same address, knowing nobody.
+	if err := srv.Leave(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown()
+	waitFor("the client to see the server go", func() bool { return !hasLiveServer(cli.Members()) })
+	var p int
+	fmt.Sscan(port, &p)
+	srv2 := newServerPool(p)
+	if memberStatus(srv2, "cli1") != gossip.StatusNone {
+		t.Fatal("the new server pool already knows the client")
+	}
+
+	// One look, a reconnect interval on, and the client is back.
+	if err := clk.BlockUntilWaiters(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(cli.Timing().Reconnect)
+	waitFor("the server to know the client again", func() bool { return memberStatus(srv2, "cli1") == gossip.StatusAlive })
+	waitFor("the client to see the server alive", func() bool { return hasLiveServer(cli.Members()) })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("keepJoined: %v", err)
 	}
 }

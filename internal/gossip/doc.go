@@ -17,8 +17,10 @@
 // Timing. memberlist runs its own timers on real time; how fast a dead
 // agent is declared failed is set by the Profile: ProfileLAN is
 // memberlist's LAN configuration (probe every second, suspect for four
-// probe intervals: a killed agent of a small pool is declared failed in
-// about five to seven seconds); ProfileFast probes every 200ms and is for
-// tests. The pool's own timers (reaping forgotten members, reconnecting
+// probe intervals: a killed agent of a small settled pool is declared
+// failed in about five to seven seconds, up to about 26 when other members
+// left or failed in the last half minute, as suspicion then waits its
+// longest for confirmations nobody sends); ProfileFast probes every 200ms
+// and is for tests. The pool's own timers (reaping forgotten members, reconnecting
 // to failed ones, join retries) run on an injected clock.Clock.
 package gossip

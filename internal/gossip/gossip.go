@@ -222,6 +222,7 @@ type Pool struct {
 	reconnect time.Duration
 	anchor    func(Member) bool
 	conflict  atomic.Pointer[string] // another agent's address, if it claims our name
+	conflicts chan struct{}          // capacity 1: a conflict was noticed (Conflicts)
 	profile   Profile
 	timing    Timing
 	ml        *memberlist.Memberlist
@@ -269,6 +270,11 @@ func (c *Config) memberlistConfig() (*memberlist.Config, error) {
 	mc := memberlist.DefaultLANConfig()
 	switch c.Profile {
 	case "", ProfileLAN:
+		// A restarted agent may come back on another port; it may take
+		// its name back once the old address has been dead this long
+		// (Consul's LAN setting). Before that the pool keeps the dead
+		// address, and sessions made meanwhile would follow it.
+		mc.DeadNodeReclaimTime = 30 * time.Second
 	case ProfileFast:
 		mc.ProbeInterval = 200 * time.Millisecond
 		mc.ProbeTimeout = 100 * time.Millisecond
@@ -344,6 +350,7 @@ func New(cfg Config) (*Pool, error) {
 		profile:   cfg.Profile,
 		members:   make(map[string]*entry),
 		wake:      make(chan struct{}, 1),
+		conflicts: make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		meta:      meta{Tags: cloneTags(cfg.Tags)},
 	}
@@ -464,7 +471,8 @@ type NameConflictError struct {
 }
 
 func (e *NameConflictError) Error() string {
-	return fmt.Sprintf("gossip: the agent at %s already uses the node name %q in this pool; give this agent another name (-node)", e.Other, e.Name)
+	return fmt.Sprintf("gossip: the agent at %s already uses the node name %q in this pool; give this agent another name (-node), "+
+		"or, if that agent has just stopped, start this one again once the pool has declared it failed", e.Other, e.Name)
 }
 
 // JoinError is returned when no join address could be joined.
@@ -503,6 +511,9 @@ func (p *Pool) Join(addrs []string) (int, error) {
 		}
 		norm[i] = n
 	}
+	// Only a conflict seen in this join fails it: one noticed earlier was
+	// for Conflicts' reader to judge.
+	p.conflict.Store(nil)
 	var je JoinError
 	joined := 0
 	for _, a := range norm {
@@ -523,6 +534,23 @@ func (p *Pool) Join(addrs []string) (int, error) {
 		p.log.Warn("one join address did not answer", "addr", f.Addr, "reason", f.Reason)
 	}
 	return joined, nil
+}
+
+// Conflicts is signalled (it has room for one signal) each time another
+// agent is seen claiming this agent's name at another address, during a
+// Join or at any time after. Join reports the first kind itself; after a
+// join, the pool cannot tell which of the two the others follow, so the
+// caller must find out (a client agent asks a server) and stop if it is
+// not this one. Conflict says who the other is.
+func (p *Pool) Conflicts() <-chan struct{} { return p.conflicts }
+
+// Conflict returns the gossip address of the agent last seen claiming this
+// agent's name, "" if none since the last Join began.
+func (p *Pool) Conflict() string {
+	if c := p.conflict.Load(); c != nil {
+		return *c
+	}
+	return ""
 }
 
 // explain turns memberlist's join error into a reason people can act on.
@@ -659,6 +687,10 @@ func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
 		addr := other.Address()
 		d.p.conflict.Store(&addr)
 		d.p.log.Error("another agent uses this agent's name", "name", existing.Name, "other", addr)
+		select {
+		case d.p.conflicts <- struct{}{}:
+		default:
+		}
 		return
 	}
 	d.p.log.Warn("two agents claim one name; the first keeps it", "name", existing.Name,

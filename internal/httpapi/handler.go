@@ -47,6 +47,10 @@ type Options struct {
 	// Agent runs this node's checks and keeps its services, for
 	// /v1/agent/check* and /v1/agent/service*. Nil answers those 501.
 	Agent AgentBackend
+	// Stop, if not nil, is done when the server shuts down: blocking
+	// queries then answer at once with what they have, as when their
+	// wait runs out, so that they do not hold up the shutdown.
+	Stop context.Context
 }
 
 func (o Options) withDefaults() Options {

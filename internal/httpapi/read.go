@@ -111,7 +111,7 @@ func (h *handler) read(w http.ResponseWriter, r *http.Request, ro *readOpts, eva
 		index = idx
 		return idx, found, nil
 	}
-	wo := watch.Options{MinIndex: ro.index}
+	wo := watch.Options{MinIndex: ro.index, Stop: h.opts.Stop}
 	if ro.index > 0 {
 		// A server that does not watch every connection for a client
 		// that goes away (internal/httpserve) is asked to watch this one:

@@ -39,6 +39,10 @@ type Options struct {
 	// Wait bounds how long Block parks in total. It must be positive when
 	// MinIndex is not zero.
 	Wait time.Duration
+	// Stop, if not nil, ends the wait early when it is done, as if Wait
+	// had run out: a server that shuts down answers its parked queries
+	// with what it has instead of holding its shutdown for them.
+	Stop context.Context
 }
 
 // Block evaluates q until its result moves past opts.MinIndex, the wait
@@ -63,6 +67,9 @@ func Block(ctx context.Context, clk clock.Clock, opts Options, q Query) error {
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if opts.Stop != nil {
+		defer context.AfterFunc(opts.Stop, cancel)()
+	}
 	// The wait's timer is armed after the first evaluation: a query that
 	// answers at once needs none, and once it is armed the caller's first
 	// read is done (tests wait for it before writing).

@@ -174,3 +174,24 @@ func TestContextCancelled(t *testing.T) {
 		t.Fatal("Block ignored cancellation")
 	}
 }
+
+// Stop ends a parked query as if its wait had run out: it answers with the
+// current state (no error), once evaluated again, and does not need the
+// clock to move. A server that shuts down uses it so that its parked
+// queries do not hold the shutdown for their wait.
+func TestStopAnswersLikeATimeout(t *testing.T) {
+	clk := clocktest.NewFake(time.Unix(0, 0))
+	src := newSource(5, true)
+	stop, stopNow := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- watch.Block(context.Background(), clk, watch.Options{MinIndex: 5, Wait: time.Minute, Stop: stop}, src.query)
+	}()
+	waitEvals(t, src, 1)
+	expectBlocked(t, done)
+	stopNow()
+	expectDone(t, done)
+	if n := src.evaluations(); n != 2 {
+		t.Fatalf("evaluations = %d, want 2 (one more after the stop)", n)
+	}
+}
