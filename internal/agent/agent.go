@@ -377,7 +377,7 @@ func (a *Agent) registerCheck(ctx context.Context, def *state.CheckDefinition, r
 	err = a.cfg.Catalog.Register(ctx, &state.RegisterRequest{Node: a.cfg.Node, SkipNodeUpdate: true, Check: p.hc})
 	a.finish(holds, []*prepared{p}, err == nil)
 	if err == nil {
-		a.save()
+		err = a.persist()
 	}
 	return err
 }
@@ -407,7 +407,7 @@ func (a *Agent) DeregisterCheck(ctx context.Context, id string) error {
 	a.finish(holds, nil, err == nil)
 	if err == nil {
 		a.forgetPending(id)
-		a.save()
+		err = a.persist()
 	}
 	return err
 }
@@ -501,7 +501,7 @@ func (a *Agent) RegisterService(ctx context.Context, svc *state.Service, checks 
 // registerService is RegisterService with, for each check, when its TTL
 // started (restored[i].start, if there and not zero) rather than at
 // registration, and starts with restored[i].output.
-func (a *Agent) registerService(ctx context.Context, svc *state.Service, checks []*state.CheckDefinition, replaceChecks bool, restored []restoredCheck) error {
+func (a *Agent) registerService(ctx context.Context, svc *state.Service, checks []*state.CheckDefinition, replaceChecks bool, restored []restoredCheck) (err error) {
 	s := *svc
 	s.Node = a.cfg.Node
 	s.CreateIndex, s.ModifyIndex = 0, 0
@@ -570,12 +570,17 @@ func (a *Agent) registerService(ctx context.Context, svc *state.Service, checks 
 		a.mu.Unlock()
 	}
 	a.finish(holds, ps, err == nil)
-	if err == nil {
-		defer a.save()
-	}
-	if err != nil || !replaceChecks {
+	if err != nil {
 		return err
 	}
+	if !replaceChecks {
+		return a.persist()
+	}
+	defer func() {
+		if saveErr := a.persist(); err == nil {
+			err = saveErr
+		}
+	}()
 	var stale []string
 	a.mu.Lock()
 	for id, r := range a.checks {
@@ -641,7 +646,7 @@ func (a *Agent) DeregisterService(ctx context.Context, id string) error {
 	}
 	a.finish(holds, nil, err == nil)
 	if err == nil {
-		a.save()
+		err = a.persist()
 	}
 	return err
 }

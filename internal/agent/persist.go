@@ -94,9 +94,16 @@ func savedCheckID(d *state.CheckDefinition) string {
 // save writes the registry to the state file, the restored part that is
 // not registered yet included. A failure is logged: the registry change it
 // follows has happened, in the catalog too.
-func (a *Agent) save() {
+func (a *Agent) save() { a.persist() }
+
+// persist is save, and also returns the failure, for the registrations and
+// deregistrations asked for through the API: as Consul's agent does, they
+// are answered with an error (a 500) when the change could not be kept,
+// although it is in the catalog, rather than with a success that the next
+// restart would undo.
+func (a *Agent) persist() error {
 	if a.cfg.StateFile == "" || a.restoring.Load() {
-		return // Restore saves once, when it is done
+		return nil // Restore saves once, when it is done
 	}
 	a.saveMu.Lock()
 	defer a.saveMu.Unlock()
@@ -106,7 +113,10 @@ func (a *Agent) save() {
 	}
 	if err != nil {
 		a.log.Error("could not save the agent's registrations; a restart would lose the latest", "file", a.cfg.StateFile, "error", err)
+		return fmt.Errorf("the change is in the catalog, but the agent could not save it to %s (%v): "+
+			"a restart of the agent would undo it; fix the file's directory and make the same request again", a.cfg.StateFile, err)
 	}
+	return nil
 }
 
 func (a *Agent) snapshot() *savedState {

@@ -454,3 +454,42 @@ func restoredAgent(t *testing.T, file string, clk *clocktest.Fake, cat *fakeCata
 	}
 	return ag
 }
+
+// Finding (storage audit): a registration the agent could not save (its
+// state file's directory not writable) was answered as a success, and the
+// next restart of the agent lost it, leaving the service in the catalog
+// with nobody running its checks. As Consul's agent does, the request is
+// now answered with an error that says the change is in the catalog but
+// not kept; deregistrations too.
+func TestRegistrationThatCannotBeSavedFails(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "gone", "agent.json") // its directory does not exist
+	clk := clocktest.NewFake(epoch)
+	cat := newFakeCatalog(t, clk)
+	a := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, StateFile: file})
+	defer a.Close()
+	wantUnsaved := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "could not save it to "+file) {
+			t.Fatalf("%s that could not be saved: %v; want an error naming %s", what, err, file)
+		}
+	}
+	wantUnsaved("service registration", a.RegisterService(ctx(), &state.Service{Service: "web", Port: 80}, nil, false))
+	cat.expect(t, "register service web")
+	wantUnsaved("check registration", a.RegisterCheck(ctx(), ttlCheck("app", time.Minute, "")))
+	cat.expect(t, "register app=critical")
+	wantUnsaved("check deregistration", a.DeregisterCheck(ctx(), "app"))
+	cat.expect(t, "deregister check app")
+	wantUnsaved("service deregistration", a.DeregisterService(ctx(), "web"))
+	cat.expect(t, "deregister service web")
+	// Once the directory is there, the same requests succeed.
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RegisterService(ctx(), &state.Service{Service: "web", Port: 80}, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register service web")
+	if _, err := os.Stat(file); err != nil {
+		t.Fatalf("state file after a saved registration: %v", err)
+	}
+}

@@ -222,6 +222,9 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		runErr = &ExitError{Code: 1, Msg: "agent: HTTP server stopped: " + err.Error()}
 	case err := <-fatal:
 		runErr = &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "gossip: ")}
+	case err := <-srv.Failed():
+		logger.Error("stopping: " + err.Error())
+		runErr = &ExitError{Code: 1, Msg: "agent: " + err.Error()}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -27,6 +27,7 @@ import (
 	"github.com/holdfast/holdfast/internal/agent"
 	"github.com/holdfast/holdfast/internal/gossip"
 	"github.com/holdfast/holdfast/internal/httpapi"
+	"github.com/holdfast/holdfast/internal/server"
 	"github.com/holdfast/holdfast/internal/state"
 )
 
@@ -265,6 +266,9 @@ type clientOptions struct {
 // directory (named apart from a server agent's, in case both share one).
 const clientStateFile = "client-agent-registrations.json"
 
+// clientLockFile, in the data directory, is held while a client agent runs.
+const clientLockFile = "client-agent.lock"
+
 func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 	if o.node == "" {
 		h, err := os.Hostname()
@@ -292,6 +296,15 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 			pool.Shutdown()
 			return &ExitError{Code: 1, Msg: fmt.Sprintf("agent: cannot create the data directory: %v", err)}
 		}
+		// Two client agents on one directory would overwrite each
+		// other's registrations file, and each restart would bring back
+		// the other's services under its own node.
+		lock, err := server.LockFile(filepath.Join(o.dataDir, clientLockFile), "the client agent's data directory "+o.dataDir)
+		if err != nil {
+			pool.Shutdown()
+			return &ExitError{Code: 1, Msg: "agent: " + err.Error() + "; give each client agent a -data-dir of its own"}
+		}
+		defer lock.Close()
 		stateFile = filepath.Join(o.dataDir, clientStateFile)
 	}
 	// The agent's own checks and services run here, on this node, and are

@@ -638,3 +638,41 @@ func TestClientAgentRejoinsAServerThatCameBack(t *testing.T) {
 		t.Fatalf("keepJoined: %v", err)
 	}
 }
+
+// Finding (storage audit): two client agents on one data directory (as
+// two started without -data-dir share the default one) both ran, each
+// overwriting the other's registrations file, and a restart brought back
+// the other agent's services under its own node. The second is refused.
+func TestClientAgentDataDirIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	args := func(node string) []string {
+		return []string{"agent", "-server=false", "-node", node, "-data-dir", dir, "-http-addr", "127.0.0.1:0",
+			"-serf-addr", "127.0.0.1:0", "-gossip-profile", "fast"}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := newLockLines()
+	first := make(chan error, 1)
+	go func() { first <- Run(ctx, args("c1"), Stdio{Out: out, Err: io.Discard}) }()
+	out.waitLine(t, "the first agent running", func(l string) bool { return strings.Contains(l, "holdfast agent running") })
+
+	var errb strings.Builder
+	err := Run(context.Background(), args("c2"), Stdio{Out: io.Discard, Err: &errb})
+	if err == nil || !strings.Contains(err.Error(), "already in use by pid") || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("second client agent on %s: %v", dir, err)
+	}
+	cancel()
+	if err := <-first; err != nil {
+		t.Fatalf("first agent: %v", err)
+	}
+	// Once the first has stopped, the directory is free again.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	out2 := newLockLines()
+	again := make(chan error, 1)
+	go func() { again <- Run(ctx2, args("c2"), Stdio{Out: out2, Err: io.Discard}) }()
+	out2.waitLine(t, "the agent running again", func(l string) bool { return strings.Contains(l, "holdfast agent running") })
+	cancel2()
+	if err := <-again; err != nil {
+		t.Fatalf("agent after the first stopped: %v", err)
+	}
+}

@@ -155,7 +155,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 func envelope(l *raft.Log) (Type, time.Time, []byte) {
 	data := l.Data
 	if len(data) < headerLen || data[0] != Version {
-		panic(fmt.Sprintf("fsm: log entry %d has an unknown envelope", l.Index))
+		panic(fmt.Sprintf("fsm: log entry %d has an unknown envelope: the raft log is damaged, or was written by a newer holdfast; the state machine stops rather than diverge", l.Index))
 	}
 	now := time.Unix(0, int64(binary.BigEndian.Uint64(data[2:headerLen])))
 	return Type(data[1]), now, data[headerLen:]

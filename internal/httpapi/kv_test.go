@@ -352,7 +352,18 @@ func TestNoLeaderAndBackendErrors(t *testing.T) {
 	if r.Header.Get("X-Consul-KnownLeader") != "false" || r.Header.Get("X-Consul-LastContact") != "1500" {
 		t.Fatalf("stale headers %v", r.Header)
 	}
+	// Finding (storage audit): ?max_stale was taken as plain ?stale, so a
+	// client bounding staleness was answered from a server that knew no
+	// leader. Beyond the bound, or with no leader known, the read is the
+	// leader's (here: none); within it, a stale read.
+	e.do("GET", "/v1/kv/k?max_stale=10s", "").want(t, 500, "No cluster leader")
 	e.b.known.Store(true)
+	e.do("GET", "/v1/kv/k?max_stale=1s", "").want(t, 200, "*")
+	r = e.do("GET", "/v1/kv/k?max_stale=2s", "").want(t, 200, "*")
+	if r.Header.Get("X-Consul-Effective-Consistency") != "stale" {
+		t.Fatalf("max_stale within its bound: %v", r.Header)
+	}
+	e.do("GET", "/v1/kv/k?max_stale=-1s", "").want(t, 400, `Invalid max_stale value "-1s"`)
 
 	e.b.failRead = tempErr{"No cluster leader"}
 	e.do("GET", "/v1/kv/k?consistent", "").want(t, 500, "No cluster leader")

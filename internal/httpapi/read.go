@@ -22,6 +22,10 @@ type readOpts struct {
 	index uint64        // the index the client has seen; 0 = do not block
 	wait  time.Duration // how long to block, defaulted and clamped
 	mode  string        // modeLeader, modeConsistent or modeStale
+	// maxStale bounds a stale read (?max_stale): a server whose last
+	// contact with the leader is older, or that knows none, answers as the
+	// leader would (as Consul forwards such a read). 0: no bound.
+	maxStale time.Duration
 }
 
 // parseRead parses index, wait, stale, consistent, cached and max_stale.
@@ -33,9 +37,11 @@ func (h *handler) parseRead(q url.Values) (*readOpts, error) {
 	_, cached := q["cached"]
 	if v, ok := q["max_stale"]; ok {
 		if s := v[0]; s != "" {
-			if _, err := time.ParseDuration(s); err != nil {
+			d, err := time.ParseDuration(s)
+			if err != nil || d < 0 {
 				return nil, invalidf("Invalid max_stale value %q", s)
 			}
+			ro.maxStale = d
 		}
 		stale = true
 	}
@@ -87,6 +93,13 @@ type evalFunc func(s *state.Store, ws watch.Set) (index uint64, found bool)
 // waits for Backend.ConsistentRead. A read that is not stale fails with
 // "No cluster leader" while no leader is known.
 func (h *handler) read(w http.ResponseWriter, r *http.Request, ro *readOpts, eval evalFunc) error {
+	if ro.mode == modeStale && ro.maxStale > 0 {
+		if known, last := h.b.LeaderStatus(); !known || last > ro.maxStale {
+			m := *ro
+			m.mode = modeLeader // too stale to answer from here
+			ro = &m
+		}
+	}
 	if ro.mode != modeStale {
 		if known, _ := h.b.LeaderStatus(); !known {
 			return errNoLeader

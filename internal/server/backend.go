@@ -370,7 +370,10 @@ func (s *Server) LeaderStatus() (bool, time.Duration) {
 	}
 	last := s.raft.LastContact()
 	if last.IsZero() {
-		return addr != "", 0
+		// Never in touch with a leader (still replaying the log, or no
+		// leader yet): the state is as old as this process's run at
+		// least, not fresh, which 0 would say.
+		last = s.started
 	}
 	return addr != "", time.Since(last)
 }

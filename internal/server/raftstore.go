@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +49,10 @@ type stores struct {
 	stable raft.StableStore
 	snaps  raft.SnapshotStore
 	close  func() error
+	// failed delivers, once, the error that leaves the log unable to take
+	// another write until it is opened again (see sealedGuard); nil for
+	// in-memory stores.
+	failed <-chan error
 }
 
 // openStores opens raft's storage under dir: the raft-wal log store in
@@ -67,7 +72,7 @@ func openStores(dir string, logger hclog.Logger) (*stores, error) {
 	if dir == "" {
 		return openInmemStores()
 	}
-	return openDiskStores(dir, logger, fs.New())
+	return openDiskStores(dir, logger, fs.New(), 0)
 }
 
 func openInmemStores() (*stores, error) {
@@ -89,7 +94,9 @@ func openInmemStores() (*stores, error) {
 // openDiskStores is openStores for a real directory. vfs is the file system
 // raft-wal writes its segments through: fs.New() in production, a wrapper in
 // tests that checks every write is synced before StoreLogs returns.
-func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS) (*stores, error) {
+// segSize is the segment size, 0 for raft-wal's (64 MiB); tests make it
+// small to reach a rotation.
+func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS, segSize int) (*stores, error) {
 	raftDir := filepath.Join(dir, raftDirName)
 	for _, d := range []string{dir, raftDir, filepath.Join(dir, snapshotDirName)} {
 		if err := makeDir(d); err != nil {
@@ -114,10 +121,14 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS) (*stores, er
 	// the next wal.Open of this directory in the same process would block
 	// on that flock forever. So we close it ourselves after the WAL.
 	meta := &metadb.BoltMetaDB{}
+	if segSize <= 0 {
+		segSize = wal.DefaultSegmentSize
+	}
 	w, err := wal.Open(raftDir,
 		wal.WithLogger(logger.Named("wal")),
 		wal.WithMetaStore(meta),
 		wal.WithSegmentFiler(segment.NewFiler(raftDir, vfs)),
+		wal.WithSegmentSize(segSize),
 	)
 	if err != nil {
 		meta.Close()
@@ -131,14 +142,16 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS) (*stores, er
 		return nil, err
 	}
 
-	cached, err := raft.NewLogCache(logCacheSize, w)
+	guard := &sealedGuard{LogStore: w, dir: raftDir, failed: make(chan error, 1)}
+	cached, err := raft.NewLogCache(logCacheSize, guard)
 	if err != nil {
 		return fail(fmt.Errorf("server: raft log cache: %w", err))
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, logger.Named("snapshot"))
+	fss, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, logger.Named("snapshot"))
 	if err != nil {
 		return fail(fmt.Errorf("server: open raft snapshots in %s: %w", dir, err))
 	}
+	snaps := &tidySnapshots{FileSnapshotStore: fss, dir: filepath.Join(dir, snapshotDirName), log: logger}
 
 	var (
 		once     sync.Once
@@ -160,7 +173,79 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS) (*stores, er
 		})
 		return closeErr
 	}
-	return &stores{log: cached, stable: w, snaps: snaps, close: closeFn}, nil
+	return &stores{log: cached, stable: w, snaps: snaps, close: closeFn, failed: guard.failed}, nil
+}
+
+// sealedGuard is raft-wal's log store with one failure made loud. When the
+// tail segment is full, raft-wal seals it and creates the next one in the
+// background; if that fails (a full disk, a directory it may not write) it
+// logs "rotate error" and never tries again, and every later write fails
+// with ErrSealed until the log is opened again. The server would then hold
+// an election every second for ever and answer "No cluster leader", even
+// after the disk had room again. The guard reports the first such failure
+// on failed, and the agent stops saying what to do; a restart opens the
+// log again, and raft-wal creates the segment it could not.
+type sealedGuard struct {
+	raft.LogStore
+	dir    string
+	once   sync.Once
+	failed chan error // capacity 1
+}
+
+func (g *sealedGuard) StoreLog(l *raft.Log) error { return g.check(g.LogStore.StoreLog(l)) }
+
+// IsMonotonic passes raft-wal's answer through: raft deletes the whole log
+// after restoring a snapshot only from a store that says it is monotonic.
+func (g *sealedGuard) IsMonotonic() bool {
+	m, ok := g.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
+
+func (g *sealedGuard) StoreLogs(ls []*raft.Log) error { return g.check(g.LogStore.StoreLogs(ls)) }
+
+func (g *sealedGuard) check(err error) error {
+	if errors.Is(err, wal.ErrSealed) {
+		g.once.Do(func() {
+			g.failed <- fmt.Errorf("the raft log in %s could not start a new segment file (the \"rotate error\" logged above says why: "+
+				"a full disk, or a directory the agent may not write), and takes no more writes until it is opened again; "+
+				"make room or fix the permissions, and start the agent again: every acknowledged write is kept", g.dir)
+		})
+	}
+	return err
+}
+
+// tidySnapshots is raft's file snapshot store, except that a snapshot
+// that fails part-way (a full disk) does not leave its unfinished copy
+// behind: raft's sink returns on the write error before it removes its
+// directory, and the copy, as big as the state, would take what room the
+// disk had left until the next start.
+type tidySnapshots struct {
+	*raft.FileSnapshotStore
+	dir string
+	log hclog.Logger
+}
+
+func (t *tidySnapshots) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
+	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
+	sink, err := t.FileSnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
+	if err != nil {
+		return nil, err
+	}
+	return &tidySink{SnapshotSink: sink, tmp: filepath.Join(t.dir, sink.ID()+".tmp"), log: t.log}, nil
+}
+
+type tidySink struct {
+	raft.SnapshotSink
+	tmp string
+	log hclog.Logger
+}
+
+func (s *tidySink) Cancel() error {
+	err := s.SnapshotSink.Cancel()
+	if rmErr := os.RemoveAll(s.tmp); rmErr != nil {
+		s.log.Warn("could not remove a failed snapshot", "path", s.tmp, "error", rmErr)
+	}
+	return err
 }
 
 // removeUnfinishedSnapshots removes the snapshots a killed process was
@@ -195,7 +280,8 @@ func removeUnfinishedSnapshots(snapDir string, logger hclog.Logger) {
 // empty meta store makes bbolt fail deep inside; and a segment the meta
 // store lists but that is gone, raft-wal makes anew, empty. Each would lose
 // acknowledged writes without a word, so the server refuses to start and
-// says which file is wrong. A new data directory (no meta store, no
+// says which file is wrong. The one missing segment let through is a tail
+// that was never created (see below), which raft-wal makes as it should. A new data directory (no meta store, no
 // segment, no snapshot) passes.
 func checkLogFiles(raftDir, snapDir string) error {
 	segs, err := filepath.Glob(filepath.Join(raftDir, "*.wal"))
@@ -228,18 +314,78 @@ func checkLogFiles(raftDir, snapDir string) error {
 	}
 	meta := &metadb.BoltMetaDB{}
 	defer meta.Close()
-	ps, err := meta.Load(raftDir)
+	ps, err := loadMeta(meta, raftDir)
 	if err != nil {
 		return fmt.Errorf("server: reading %s: %w; %s", metaPath, err, aside)
 	}
-	for _, si := range ps.Segments {
+	for i, si := range ps.Segments {
 		p := filepath.Join(raftDir, segment.FileName(si))
-		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("server: raft log segment %s, listed in %s, cannot be found (%v): "+
-				"starting would lose the writes it holds; %s", p, metaPath, err, aside)
+		_, err := os.Stat(p)
+		if err == nil {
+			continue
 		}
+		if i > 0 && i == len(ps.Segments)-1 && si.SealTime.IsZero() && errors.Is(err, os.ErrNotExist) &&
+			ps.Segments[i-1].MaxIndex+1 == si.BaseIndex && newestSnapshotIndex(snapDir) < si.BaseIndex {
+			// The tail, just after a sealed segment, and no snapshot
+			// covers an entry of it: raft-wal records a new segment in
+			// the meta store before it creates its file, and syncs the
+			// directory before the first write to it is acknowledged,
+			// so this is a segment that was never created (a crash in
+			// between, or a rotation that failed on a full disk). It
+			// held nothing, and raft-wal creates it again. (A tail that
+			// held writes and was deleted by hand since would pass
+			// too; one that is the only segment, or that a snapshot
+			// reached into, does not.)
+			continue
+		}
+		return fmt.Errorf("server: raft log segment %s, listed in %s, cannot be found (%v): "+
+			"starting would lose the writes it holds; %s", p, metaPath, err, aside)
 	}
 	return nil
+}
+
+// newestSnapshotIndex is the highest raft index of the finished snapshots
+// in snapDir (raft.FileSnapshotStore names each "<term>-<index>-<ms>"), 0
+// if there is none.
+func newestSnapshotIndex(snapDir string) uint64 {
+	entries, err := os.ReadDir(snapDir)
+	if err != nil {
+		return 0
+	}
+	var newest uint64
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasSuffix(e.Name(), ".tmp") {
+			continue
+		}
+		parts := strings.Split(e.Name(), "-")
+		if len(parts) != 3 {
+			continue
+		}
+		if idx, err := strconv.ParseUint(parts[1], 10, 64); err == nil && idx > newest {
+			newest = idx
+		}
+	}
+	return newest
+}
+
+// loadMeta is meta.Load, with a memory fault turned into an error. The meta
+// store is a bbolt file read through mmap: one cut short (a truncated copy,
+// a damaged disk) makes bbolt read past its end, which is a SIGBUS, and Go
+// kills the process with a stack trace that names no file.
+func loadMeta(meta *metadb.BoltMetaDB, raftDir string) (ps types.PersistentState, err error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		debug.SetPanicOnFault(true)
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("the file is damaged or cut short (reading it faulted: %v)", p)
+			}
+		}()
+		ps, err = meta.Load(raftDir)
+	}()
+	<-done
+	return ps, err
 }
 
 // makeDir creates d with mode 0700 if it is missing and then syncs its parent,
@@ -298,13 +444,24 @@ func syncDir(d string) error {
 // this is an open-file-description lock, so a second open from this same
 // process is refused as well.
 func lockDir(raftDir string) (*os.File, error) {
-	path := filepath.Join(raftDir, raftLockName)
+	lock, err := LockFile(filepath.Join(raftDir, raftLockName), "raft storage "+raftDir)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	return lock, nil
+}
+
+// LockFile takes an exclusive lock on the file at path (creating it), for
+// as long as the returned file stays open, and writes this process's pid
+// in it. what names the thing the lock guards, for the error when another
+// holder has it: "<what> is already in use by pid N (lock file <path> is
+// held)". The lock is flock's, per open file description: a second
+// LockFile in this process is refused as well as one in another process.
+func LockFile(path, what string) (*os.File, error) {
 	lock, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("server: cannot open the lock file of the raft data in %s: %w%s", raftDir, err, permissionHint(err))
+		return nil, fmt.Errorf("cannot open the lock file of %s: %w%s", what, err, permissionHint(err))
 	}
-	// flock is per open file description: a second open in this process is
-	// refused as well as one in another process.
 	err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 	if errors.Is(err, syscall.EWOULDBLOCK) {
 		lock.Close()
@@ -314,11 +471,11 @@ func lockDir(raftDir string) (*os.File, error) {
 				holder = fmt.Sprintf(" by pid %d", pid)
 			}
 		}
-		return nil, fmt.Errorf("server: raft storage %s is already in use%s (lock file %s is held)", raftDir, holder, path)
+		return nil, fmt.Errorf("%s is already in use%s (lock file %s is held)", what, holder, path)
 	}
 	if err != nil {
 		lock.Close()
-		return nil, fmt.Errorf("server: lock raft storage: %w", err)
+		return nil, fmt.Errorf("locking %s: %w", what, err)
 	}
 	// The pid is only a hint for humans; failing to record it is not fatal.
 	if err := lock.Truncate(0); err == nil {

@@ -19,6 +19,9 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/types"
+
+	"github.com/holdfast/holdfast/clock/clocktest"
+	"github.com/holdfast/holdfast/internal/state"
 )
 
 // testLogs returns entries first..first+n-1 with distinct payloads.
@@ -303,7 +306,7 @@ func (f *syncCheckFile) Sync() error {
 // byte raft-wal wrote to a segment file has been fsynced.
 func TestStoreLogsSyncsBeforeReturning(t *testing.T) {
 	vfs := &syncCheckFS{VFS: fs.New(), dirty: map[string]bool{}}
-	s, err := openDiskStores(t.TempDir(), hclog.NewNullLogger(), vfs)
+	s, err := openDiskStores(t.TempDir(), hclog.NewNullLogger(), vfs, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,6 +403,7 @@ const (
 	faultNone      int32 = iota
 	faultTornWrite       // a write stores half its bytes and fails with ENOSPC, as on a full disk
 	faultSync            // writes go through, fsync fails with EIO
+	faultCreate          // a new file cannot be created (ENOSPC), as on a full disk
 )
 
 // faultFS wraps raft-wal's real file system and fails segment writes or
@@ -422,6 +426,13 @@ func newFaultFS() *faultFS {
 type wrappingFS struct {
 	types.VFS
 	wrap func(types.WritableFile) types.WritableFile
+}
+
+func (v *faultFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
+	if v.fault.Load() == faultCreate {
+		return nil, syscall.ENOSPC
+	}
+	return v.wrappingFS.Create(dir, name, size)
 }
 
 func (v *wrappingFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
@@ -475,7 +486,7 @@ func TestAppendAfterFailedWrite(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			vfs := newFaultFS()
-			s, err := openDiskStores(dir, hclog.NewNullLogger(), vfs)
+			s, err := openDiskStores(dir, hclog.NewNullLogger(), vfs, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -595,5 +606,68 @@ func TestPermissionHint(t *testing.T) {
 	other := &os.PathError{Op: "mkdir", Path: "/x", Err: syscall.ENOSPC}
 	if h := permissionHint(other); h != "" {
 		t.Fatalf("hint for %v = %q, want none", other, h)
+	}
+}
+
+// Finding (storage audit): when raft-wal could not create the next segment
+// file (a full disk), it logged "rotate error" once and refused every
+// later write as "segment is sealed", for good: the server held elections
+// every second and answered "No cluster leader" even after the disk had
+// room again, until someone restarted it. And a restart was then refused,
+// with advice to move the data directory aside, because the segment the
+// meta store listed was missing, though it had never held a write. The
+// server now reports the failure (the agent stops on it), and the restart
+// goes through with every acknowledged write.
+func TestLogRotationFailureStopsAndRestartRecovers(t *testing.T) {
+	dir := t.TempDir()
+	clk := clocktest.NewFake(epoch)
+	vfs := newFaultFS()
+	cfg := testConfig(dir, clk, nil)
+	cfg.logFS = vfs
+	cfg.logSegmentSize = 64 << 10
+	s := startServer(t, cfg)
+	vfs.fault.Store(faultCreate)
+
+	var acked []string
+	var failure error
+	for i := 0; i < 2000 && failure == nil; i++ {
+		key := fmt.Sprintf("k%04d", i)
+		ok, _, err := s.KVS(context.Background(), &state.KVRequest{Op: state.OpSet,
+			Entry: state.DirEntry{Key: key, Value: bytes.Repeat([]byte("x"), 512)}})
+		if err == nil && ok {
+			acked = append(acked, key)
+		}
+		select {
+		case failure = <-s.Failed():
+		default:
+		}
+	}
+	if failure == nil {
+		t.Fatalf("%d writes through a segment size of 64 KiB with no file creatable, and no failure reported", len(acked))
+	}
+	if !strings.Contains(failure.Error(), "could not start a new segment file") || !strings.Contains(failure.Error(), dir) {
+		t.Fatalf("failure: %v", failure)
+	}
+	t.Logf("%d writes acknowledged before: %v", len(acked), failure)
+	s.Shutdown()
+
+	vfs.fault.Store(faultNone)
+	s2, err := New(cfg)
+	if err != nil {
+		t.Fatalf("restart after the failed rotation: %v", err)
+	}
+	t.Cleanup(func() { s2.Shutdown() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s2.WaitForLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range acked {
+		if _, e := s2.State().KVGet(nil, k); e == nil {
+			t.Fatalf("acknowledged key %s lost", k)
+		}
+	}
+	if err := putKey(s2, "after"); err != nil {
+		t.Fatalf("write after the restart: %v", err)
 	}
 }

@@ -83,6 +83,9 @@ type Config struct {
 	// logFS, if set, is the file system the raft log is written through
 	// (tests inject faults with it); nil is the real one.
 	logFS types.VFS
+	// logSegmentSize, with logFS, sets the raft log's segment size (tests
+	// make it small to reach a rotation); 0 is raft-wal's.
+	logSegmentSize int
 }
 
 func (c *Config) setDefaults() error {
@@ -166,6 +169,10 @@ type Server struct {
 	expMu    sync.Mutex
 	expiring map[string]struct{}
 
+	// started is when New began, on the real clock (raft's LastContact
+	// is on it too).
+	started time.Time
+
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
 	wg           sync.WaitGroup
@@ -178,13 +185,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, clk: cfg.Clock, fsm: fsm.New(), shutdownCh: make(chan struct{}),
-		expiring: make(map[string]struct{})}
+		expiring: make(map[string]struct{}), started: time.Now()}
 	var (
 		st  *stores
 		err error
 	)
 	if cfg.logFS != nil && cfg.DataDir != "" {
-		st, err = openDiskStores(cfg.DataDir, cfg.Logger.Named("raft-store"), cfg.logFS)
+		st, err = openDiskStores(cfg.DataDir, cfg.Logger.Named("raft-store"), cfg.logFS, cfg.logSegmentSize)
 	} else {
 		st, err = openStores(cfg.DataDir, cfg.Logger.Named("raft-store"))
 	}
@@ -267,7 +274,7 @@ func New(cfg Config) (*Server, error) {
 }
 
 // newRaft is raft.NewRaft, except that a log which does not continue from
-// a snapshot is an error rather than a panic. raft.NewRaft restores the
+// a snapshot, or that raft cannot read, is an error rather than a panic. raft.NewRaft restores the
 // newest snapshot it can read and then reads every log entry after it (from
 // entry 1 if it restored none); it panics if one is missing. That is what a
 // data directory looks like whose log was compacted into a snapshot that
@@ -280,10 +287,18 @@ func newRaft(rc *raft.Config, f raft.FSM, st *stores, trans raft.Transport, dir 
 		if p == nil {
 			return
 		}
-		if e, ok := p.(error); !ok || !errors.Is(e, raft.ErrLogNotFound) {
-			panic(p)
+		if e, ok := p.(error); ok && errors.Is(e, raft.ErrLogNotFound) {
+			r, err = nil, logGapError(st, dir)
+			return
 		}
-		r, err = nil, logGapError(st, dir)
+		// Anything else raft cannot read at start (an entry that does
+		// not decode) is a damaged log too: say where, not how deep.
+		where := "the in-memory log"
+		if dir != "" {
+			where = filepath.Join(dir, raftDirName)
+		}
+		r, err = nil, fmt.Errorf("the raft log in %s could not be read (%v; the entries' errors are logged above): "+
+			"the data directory is damaged; restore it from a backup", where, p)
 	}()
 	r, err = raft.NewRaft(rc, f, st.log, st.stable, st.snaps, trans)
 	if err != nil && dir != "" && strings.Contains(err.Error(), "failed to load any existing snapshots") {
@@ -402,6 +417,12 @@ func (s *Server) Shutdown() error {
 	})
 	return err
 }
+
+// Failed delivers, once, an error that leaves this server unable to take
+// writes until it is started again: its raft log could not start a new
+// segment (see sealedGuard). The agent stops on it. It never delivers for
+// in-memory storage.
+func (s *Server) Failed() <-chan error { return s.stores.failed }
 
 // WaitForLeader blocks until this server is leader and ready for
 // consistent reads, or ctx ends.
