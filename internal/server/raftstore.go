@@ -322,6 +322,11 @@ func checkLogFiles(raftDir, snapDir string) error {
 		p := filepath.Join(raftDir, segment.FileName(si))
 		_, err := os.Stat(p)
 		if err == nil {
+			if i == len(ps.Segments)-1 && si.SealTime.IsZero() {
+				if err := checkTail(p); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		if i > 0 && i == len(ps.Segments)-1 && si.SealTime.IsZero() && errors.Is(err, os.ErrNotExist) &&
