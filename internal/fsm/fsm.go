@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"sync/atomic"
 	"time"
@@ -21,8 +22,21 @@ import (
 	"github.com/holdfast/holdfast/internal/state"
 )
 
-// Version is the envelope version this code writes and reads.
-const Version = 1
+// Version is the envelope version this code writes. It reads version 1
+// too: the same header and body, without the checksum.
+//
+// An entry is: the version (1 byte), the command's Type (1 byte), the
+// leader's time in Unix nanoseconds (8 bytes, big-endian), the body, and,
+// from version 2 on, the CRC-32C (Castagnoli) of everything before it
+// (4 bytes, little-endian). raft-wal checks a checksum per batch, and only
+// that of the last batch when it opens the log: a byte of an entry that
+// changes on the disk later would otherwise be applied as it reads.
+const Version = 2
+
+// crcLen is the length of a version 2 entry's checksum.
+const crcLen = 4
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Type says what a command's body is.
 type Type uint8
@@ -59,17 +73,22 @@ func Encode(t Type, now time.Time, body interface{}) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsm: encoding command: %w", err)
 	}
-	return append(header(t, now, len(b)), b...), nil
+	return seal(append(header(t, now, len(b)), b...)), nil
 }
 
 // header starts a command of type t stamped now, with room for a body of n
-// bytes.
+// bytes and the checksum.
 func header(t Type, now time.Time, n int) []byte {
-	out := make([]byte, headerLen, headerLen+n)
+	out := make([]byte, headerLen, headerLen+n+crcLen)
 	out[0] = Version
 	out[1] = byte(t)
 	binary.BigEndian.PutUint64(out[2:], uint64(now.UnixNano()))
 	return out
+}
+
+// seal ends a command: its checksum.
+func seal(out []byte) []byte {
+	return binary.LittleEndian.AppendUint32(out, crc32.Checksum(out, castagnoli))
 }
 
 // Result is what Apply returns for a command (raft hands it to the
@@ -154,7 +173,15 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 
 func envelope(l *raft.Log) (Type, time.Time, []byte) {
 	data := l.Data
-	if len(data) < headerLen || data[0] != Version {
+	switch {
+	case len(data) >= headerLen && data[0] == 1:
+	case len(data) >= headerLen+crcLen && data[0] == 2:
+		n := len(data) - crcLen
+		if crc32.Checksum(data[:n], castagnoli) != binary.LittleEndian.Uint32(data[n:]) {
+			panic(fmt.Sprintf("fsm: log entry %d fails its checksum: the raft log is damaged (restore it from a backup); the state machine stops rather than apply it", l.Index))
+		}
+		data = data[:n]
+	default:
 		panic(fmt.Sprintf("fsm: log entry %d has an unknown envelope: the raft log is damaged, or was written by a newer holdfast; the state machine stops rather than diverge", l.Index))
 	}
 	now := time.Unix(0, int64(binary.BigEndian.Uint64(data[2:headerLen])))

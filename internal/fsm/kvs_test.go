@@ -68,7 +68,7 @@ func TestKVOpCodesInverse(t *testing.T) {
 
 func TestDecodeKVSMalformedPanics(t *testing.T) {
 	good, _ := EncodeKVS(time.Unix(0, 0), &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: "key", Value: []byte("value")}})
-	body := good[headerLen:]
+	body := bodyOf(good)
 	bad := [][]byte{
 		{},
 		{0},
@@ -101,7 +101,7 @@ func toBinary(t *testing.T, logs []*raft.Log, r *rand.Rand, p float64) []*raft.L
 			continue
 		}
 		var req state.KVRequest
-		if err := json.Unmarshal(l.Data[headerLen:], &req); err != nil {
+		if err := json.Unmarshal(bodyOf(l.Data), &req); err != nil {
 			t.Fatal(err)
 		}
 		now := time.Unix(0, int64(binary.BigEndian.Uint64(l.Data[2:headerLen])))
@@ -237,7 +237,7 @@ func FuzzKVSBinary(f *testing.F) {
 			t.Fatal(err)
 		}
 		var got state.KVRequest
-		decodeKVS(1, data[headerLen:], &got)
+		decodeKVS(1, bodyOf(data), &got)
 		if !reflect.DeepEqual(&got, req) {
 			t.Fatalf("round trip:\n got %+v\nwant %+v", got, *req)
 		}
@@ -282,4 +282,13 @@ func TestEncodeTxnRoundTrip(t *testing.T) {
 			decodeTxn(1, b)
 		}()
 	}
+}
+
+// bodyOf is the body of an entry: after the header, before the checksum
+// (version 2).
+func bodyOf(data []byte) []byte {
+	if data[0] >= 2 {
+		return data[headerLen : len(data)-crcLen]
+	}
+	return data[headerLen:]
 }
