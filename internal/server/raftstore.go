@@ -173,7 +173,31 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS, segSize int)
 		})
 		return closeErr
 	}
-	return &stores{log: cached, stable: w, snaps: snaps, close: closeFn, failed: guard.failed}, nil
+	stable := &loudStable{StableStore: w, dir: raftDir, log: logger}
+	return &stores{log: cached, stable: stable, snaps: snaps, close: closeFn, failed: guard.failed}, nil
+}
+
+// loudStable is the stable store (raft-wal's meta store, which keeps raft's
+// term and vote) with its write failures said in one plain line first.
+// raft cannot go on without recording a new term, and panics when that
+// fails (a disk that went read-only, a full one): the line before the
+// stack trace says what happened and where.
+type loudStable struct {
+	raft.StableStore
+	dir string
+	log hclog.Logger
+}
+
+func (s *loudStable) Set(k, v []byte) error { return s.loud(s.StableStore.Set(k, v)) }
+
+func (s *loudStable) SetUint64(k []byte, v uint64) error { return s.loud(s.StableStore.SetUint64(k, v)) }
+
+func (s *loudStable) loud(err error) error {
+	if err != nil {
+		s.log.Error("raft cannot record its term and vote in "+s.dir+", and will stop (a read-only or full disk?): "+
+			"fix the disk and start the agent again; every acknowledged write is kept", "error", err)
+	}
+	return err
 }
 
 // sealedGuard is raft-wal's log store with one failure made loud. When the

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -669,5 +670,31 @@ func TestLogRotationFailureStopsAndRestartRecovers(t *testing.T) {
 	}
 	if err := putKey(s2, "after"); err != nil {
 		t.Fatalf("write after the restart: %v", err)
+	}
+}
+
+// failingStable is a stable store whose writes fail, as on a disk that
+// went read-only.
+type failingStable struct{ raft.StableStore }
+
+func (failingStable) Set([]byte, []byte) error       { return syscall.EROFS }
+func (failingStable) SetUint64([]byte, uint64) error { return syscall.EROFS }
+
+// Storage audit: a data directory that went read-only made raft panic at
+// the next election ("failed to save current term: ... read-only file
+// system") with only a stack trace. raft must stop there; the stable store
+// now says what happened, and where, in one line first.
+func TestStableStoreFailureIsSaidPlainly(t *testing.T) {
+	var buf bytes.Buffer
+	s := &loudStable{StableStore: failingStable{raft.NewInmemStore()}, dir: "/data/raft",
+		log: hclog.New(&hclog.LoggerOptions{Output: &buf})}
+	if err := s.SetUint64([]byte("CurrentTerm"), 2); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("SetUint64: %v; want the store's error passed on", err)
+	}
+	if err := s.Set([]byte("LastVoteCand"), []byte("n1")); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("Set: %v", err)
+	}
+	if got := strings.Count(buf.String(), "raft cannot record its term and vote in /data/raft"); got != 2 {
+		t.Fatalf("log:\n%s\nwant the plain line for each failure", buf.String())
 	}
 }
