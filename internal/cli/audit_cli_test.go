@@ -509,7 +509,7 @@ func TestAuditCLIHelpVersionAndUnknownAsConsul(t *testing.T) {
 		{[]string{"-h", "kv"}, 0, "", "Usage: holdfast kv <subcommand>"},
 		{[]string{"kv", "help"}, 0, "", "Usage: holdfast kv <subcommand>"},
 		{[]string{"session", "info", "x", "--help"}, 0, "", "Usage: holdfast session info"},
-		{[]string{"lock", "p", "ls", "-h"}, 0, "", "Usage: holdfast lock"},
+		{[]string{"lock", "-h", "p", "ls"}, 0, "", "Usage: holdfast lock"},
 		{[]string{"-h"}, 0, "", "Usage: holdfast <command>"},
 		{[]string{"-v"}, 0, "holdfast ", ""},
 		{[]string{"kv", "get", "k", "--version"}, 0, "holdfast ", ""},

@@ -69,13 +69,17 @@ var commands = map[string]command{
 // As in Consul's CLI, -h, -help or --help anywhere before a "--" asks for
 // the help of the command named (exit 0, nothing run), -v or --version
 // anywhere before it for the version, and no command or an unknown one
-// prints the usage and exits 127.
+// prints the usage and exits 127. One difference: the child command of
+// holdfast lock keeps its own -h and -v (consul would print its help or
+// version and run nothing, exit 0: a job that silently never ran).
 func Run(ctx context.Context, args []string, stdio Stdio) error {
-	if wantsVersion(args) || (len(args) > 0 && (args[0] == "version" || args[0] == "-version")) {
+	n := cliWords(args)
+	if wantsVersion(args[:n]) || (len(args) > 0 && (args[0] == "version" || args[0] == "-version")) {
 		fmt.Fprintf(stdio.Out, "holdfast %s\n", Version)
 		return nil
 	}
-	rest, help := splitHelp(args)
+	rest, help := splitHelp(args[:n])
+	rest = append(rest, args[n:]...)
 	if len(rest) > 0 && rest[0] == "help" {
 		rest, help = rest[1:], true
 	}
@@ -97,6 +101,23 @@ func Run(ctx context.Context, args []string, stdio Stdio) error {
 		return c.run(ctx, stdio, append([]string{"-h"}, rest[1:]...))
 	}
 	return c.run(ctx, stdio, args[1:])
+}
+
+// cliWords is how many leading words of args are the command line's own,
+// where -h and -v count: all of them, except that for lock they end at its
+// first word that is not a flag (the prefix), after which come the child
+// command's words. (A flag's value, as in "-n 2", ends them early; the
+// lock command's own flag parsing still sees a -h among its flags.)
+func cliWords(args []string) int {
+	if len(args) == 0 || args[0] != "lock" {
+		return len(args)
+	}
+	for i := 1; i < len(args); i++ {
+		if !strings.HasPrefix(args[i], "-") || args[i] == "--" {
+			return i
+		}
+	}
+	return len(args)
 }
 
 // isHelpFlag reports whether a is one of the words that ask for help.

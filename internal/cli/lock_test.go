@@ -406,3 +406,19 @@ func TestLockCommandErrorsInConsulWords(t *testing.T) {
 		t.Fatalf("-try 300ms on a held lock: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// The child of holdfast lock keeps its own -h and -v. consul treats them,
+// anywhere before "--", as its own help and version flags: `consul lock
+// job rsync -v a b` prints consul's version and runs nothing, exit 0, and
+// a wrapper takes the job for done.
+func TestLockChildKeepsItsFlags(t *testing.T) {
+	ctx := lockCtx(t)
+	srv := servertest.New(t, servertest.Options{})
+	out, errOut := newLockLines(), newLockLines()
+	err := Run(ctx, []string{"lock", "-http-addr", srv.Addr, "-shell=false", "p", "echo", "child:", "-v", "-h"},
+		Stdio{Out: out, Err: errOut})
+	if err != nil {
+		t.Fatalf("lock: %v\nstderr: %s", err, errOut)
+	}
+	out.waitLine(t, "the child's output", func(l string) bool { return l == "child: -v -h" })
+}
