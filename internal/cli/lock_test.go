@@ -192,24 +192,31 @@ func TestLockCommandChildExitCode(t *testing.T) {
 func TestLockCommandTimeoutAgainstConsul(t *testing.T) {
 	ctx := lockCtx(t)
 	srv := servertest.New(t, servertest.Options{})
+	holdWithConsul(t, srv.Addr, "shared/.lock")
+	_, errOut, code := lockRun(ctx, &lockCmd{clk: srv.Clock}, nil, "-http-addr", srv.Addr, "-timeout", "300ms", "shared", "true")
+	if code != 1 || strings.TrimSpace(errOut.String()) != "Shutdown triggered or timeout during lock acquisition" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// holdWithConsul takes key with Consul's own api.Lock through the agent at
+// addr, until the test ends.
+func holdWithConsul(t *testing.T, addr, key string) {
+	t.Helper()
 	cfg := capi.DefaultConfig()
-	cfg.Address, cfg.Scheme, cfg.Token, cfg.Datacenter = srv.Addr, "http", "", ""
+	cfg.Address, cfg.Scheme, cfg.Token, cfg.Datacenter = addr, "http", "", ""
 	cc, err := capi.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := cc.LockKey("shared/.lock")
+	cl, err := cc.LockKey(key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cl.Lock(nil); err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Unlock()
-	_, errOut, code := lockRun(ctx, &lockCmd{clk: srv.Clock}, nil, "-http-addr", srv.Addr, "-timeout", "300ms", "shared", "true")
-	if code != 1 || strings.TrimSpace(errOut.String()) != "Shutdown triggered or timeout during lock acquisition" {
-		t.Fatalf("exit %d, stderr %q", code, errOut)
-	}
+	t.Cleanup(func() { cl.Unlock() })
 }
 
 func lockClient(t *testing.T, addr string) *api.Client {
@@ -387,20 +394,7 @@ func TestLockCommandErrorsInConsulWords(t *testing.T) {
 	}
 
 	// -try is -timeout.
-	cfg := capi.DefaultConfig()
-	cfg.Address, cfg.Scheme, cfg.Token, cfg.Datacenter = srv.Addr, "http", "", ""
-	cc, err := capi.NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := cc.LockKey("shared/.lock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.Lock(nil); err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Unlock()
+	holdWithConsul(t, srv.Addr, "shared/.lock")
 	_, errOut, code := lockRun(ctx, &lockCmd{clk: srv.Clock}, nil, "-http-addr", srv.Addr, "-try", "300ms", "shared", "true")
 	if code != 1 || strings.TrimSpace(errOut.String()) != "Shutdown triggered or timeout during lock acquisition" {
 		t.Fatalf("-try 300ms on a held lock: exit %d, stderr %q", code, errOut)

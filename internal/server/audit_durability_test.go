@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -706,25 +705,14 @@ func TestAuditDurabilityDamagedSealedSegment(t *testing.T) {
 	t.Logf("refused: %v", err)
 }
 
-// entryFrames lists the offsets of the entry frames of a raft-wal segment,
-// walking it as raft-wal does.
+// entryFrames lists the offsets of the entry frames of a raft-wal segment.
 func entryFrames(b []byte) []int64 {
 	var out []int64
-	o := int64(walFileHeaderLen)
-	for o+walFrameHeaderLen <= int64(len(b)) {
-		switch b[o] {
-		case walFrameCommit:
-			o += walFrameHeaderLen
-		case walFrameEntry, walFrameIndex:
-			if b[o] == walFrameEntry {
-				out = append(out, o)
-			}
-			n := int64(binary.LittleEndian.Uint32(b[o+4 : o+8]))
-			o += walFrameHeaderLen + n + (walFrameHeaderLen-n%walFrameHeaderLen)%walFrameHeaderLen
-		default:
-			return out
+	walkFrames(b, func(off int64, typ byte) {
+		if typ == walFrameEntry {
+			out = append(out, off)
 		}
-	}
+	})
 	return out
 }
 
@@ -739,14 +727,7 @@ func TestAuditDurabilityDamageInTheMiddleOfTheLog(t *testing.T) {
 	for _, where := range []string{"middle", "last batch"} {
 		t.Run(where, func(t *testing.T) {
 			dir, clk := duStoppedWithKeys(t)
-			segs, _ := filepath.Glob(filepath.Join(dir, raftDirName, "*.wal"))
-			if len(segs) != 1 {
-				t.Fatalf("segments %v, want one", segs)
-			}
-			b, err := os.ReadFile(segs[0])
-			if err != nil {
-				t.Fatal(err)
-			}
+			seg, b := onlySegment(t, dir)
 			frames := entryFrames(b)
 			if len(frames) < 20 {
 				t.Fatalf("%d entry frames", len(frames))
@@ -755,7 +736,7 @@ func TestAuditDurabilityDamageInTheMiddleOfTheLog(t *testing.T) {
 			if where == "last batch" {
 				at = frames[len(frames)-1]
 			}
-			f, err := os.OpenFile(segs[0], os.O_RDWR, 0)
+			f, err := os.OpenFile(seg, os.O_RDWR, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -775,14 +756,14 @@ func TestAuditDurabilityDamageInTheMiddleOfTheLog(t *testing.T) {
 			if err == nil {
 				s.Shutdown()
 			}
-			if err == nil || !strings.Contains(err.Error(), segs[0]) || !strings.Contains(err.Error(), fmt.Sprintf("damaged at offset %d", at)) {
-				t.Fatalf("start with a damaged header at offset %d of %s: %v; want a refusal naming both", at, segs[0], err)
+			if err == nil || !strings.Contains(err.Error(), seg) || !strings.Contains(err.Error(), fmt.Sprintf("damaged at offset %d", at)) {
+				t.Fatalf("start with a damaged header at offset %d of %s: %v; want a refusal naming both", at, seg, err)
 			}
 			t.Logf("refused: %v", err)
 
 			// What the message offers: the rest of the file zeroed, the
 			// server starts with the writes before the damage.
-			f, err = os.OpenFile(segs[0], os.O_RDWR, 0)
+			f, err = os.OpenFile(seg, os.O_RDWR, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -567,14 +567,7 @@ func TestTornTailIsDropped(t *testing.T) {
 	mustStore(t, s.log, lostLogs(11, 5))
 	closeStores(t, s)
 
-	segs, _ := filepath.Glob(filepath.Join(dir, raftDirName, "*.wal"))
-	if len(segs) != 1 {
-		t.Fatalf("segments %v, want one", segs)
-	}
-	b, err := os.ReadFile(segs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	seg, b := onlySegment(t, dir)
 	end := len(bytes.TrimRight(b, "\x00"))
 	last := bytes.LastIndex(b[:end], []byte("never acknowledged"))
 	if last < 0 {
@@ -583,7 +576,7 @@ func TestTornTailIsDropped(t *testing.T) {
 	for i := last; i < last+8; i++ { // damage the last entry of the last batch
 		b[i] ^= 0x5a
 	}
-	if err := os.WriteFile(segs[0], b, 0o600); err != nil {
+	if err := os.WriteFile(seg, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -697,4 +690,19 @@ func TestStableStoreFailureIsSaidPlainly(t *testing.T) {
 	if got := strings.Count(buf.String(), "raft cannot record its term and vote in /data/raft"); got != 2 {
 		t.Fatalf("log:\n%s\nwant the plain line for each failure", buf.String())
 	}
+}
+
+// onlySegment returns the path and the bytes of the one raft log segment
+// in dir, failing the test if there is not exactly one.
+func onlySegment(t *testing.T, dir string) (string, []byte) {
+	t.Helper()
+	segs, _ := filepath.Glob(filepath.Join(dir, raftDirName, "*.wal"))
+	if len(segs) != 1 {
+		t.Fatalf("segments %v, want one", segs)
+	}
+	b, err := os.ReadFile(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return segs[0], b
 }

@@ -68,7 +68,7 @@ func damagedTail(path string) (end, committed int64, err error) {
 		return 0, 0, err
 	}
 	defer syscall.Munmap(b)
-	end = walkFrames(b)
+	end = walkFrames(b, nil)
 	var commits []int64
 	for o := end + walFrameHeaderLen; o+walFrameHeaderLen <= int64(len(b)); o += walFrameHeaderLen {
 		if b[o] != walFrameCommit || b[o+1] != 0 || b[o+2] != 0 || b[o+3] != 0 {
@@ -85,24 +85,31 @@ func damagedTail(path string) (end, committed int64, err error) {
 	return end, 0, nil
 }
 
-// walkFrames is raft-wal's walk through a segment: it returns the offset
-// of the first frame header that is zero, of an unknown type, or runs
-// past the data.
-func walkFrames(b []byte) int64 {
+// walkFrames is raft-wal's walk through a segment: it calls each (if not
+// nil) with the offset and type of every frame it passes, and returns the
+// offset of the first frame header that is zero, of an unknown type, or
+// runs past the data.
+func walkFrames(b []byte, each func(off int64, typ byte)) int64 {
 	o := int64(walFileHeaderLen)
 	for o+walFrameHeaderLen <= int64(len(b)) {
-		switch b[o] {
+		typ := b[o]
+		next := o
+		switch typ {
 		case walFrameCommit:
-			o += walFrameHeaderLen
+			next += walFrameHeaderLen
 		case walFrameEntry, walFrameIndex:
 			n := int64(binary.LittleEndian.Uint32(b[o+4 : o+8]))
 			if n > walMaxEntrySize {
 				return o
 			}
-			o += walFrameHeaderLen + n + (walFrameHeaderLen-n%walFrameHeaderLen)%walFrameHeaderLen
+			next += walFrameHeaderLen + n + (walFrameHeaderLen-n%walFrameHeaderLen)%walFrameHeaderLen
 		default:
 			return o
 		}
+		if each != nil {
+			each(o, typ)
+		}
+		o = next
 	}
 	return o
 }
