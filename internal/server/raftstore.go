@@ -190,7 +190,9 @@ type loudStable struct {
 
 func (s *loudStable) Set(k, v []byte) error { return s.loud(s.StableStore.Set(k, v)) }
 
-func (s *loudStable) SetUint64(k []byte, v uint64) error { return s.loud(s.StableStore.SetUint64(k, v)) }
+func (s *loudStable) SetUint64(k []byte, v uint64) error {
+	return s.loud(s.StableStore.SetUint64(k, v))
+}
 
 func (s *loudStable) loud(err error) error {
 	if err != nil {
