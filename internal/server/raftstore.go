@@ -404,6 +404,19 @@ func newestSnapshotIndex(snapDir string) uint64 {
 // a damaged disk) makes bbolt read past its end, which is a SIGBUS, and Go
 // kills the process with a stack trace that names no file.
 func loadMeta(meta *metadb.BoltMetaDB, raftDir string) (ps types.PersistentState, err error) {
+	var loadErr error
+	if err := withFaults(func() { ps, loadErr = meta.Load(raftDir) }); err != nil {
+		return ps, err
+	}
+	return ps, loadErr
+}
+
+// withFaults runs f, which reads a file through a memory mapping, and
+// returns a memory fault in it (a file cut short under the mapping, a
+// disk's read error) as an error instead of letting it kill the process.
+// f runs on a goroutine of its own, the only one that SetPanicOnFault
+// affects.
+func withFaults(f func()) (err error) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -413,10 +426,10 @@ func loadMeta(meta *metadb.BoltMetaDB, raftDir string) (ps types.PersistentState
 				err = fmt.Errorf("the file is damaged or cut short (reading it faulted: %v)", p)
 			}
 		}()
-		ps, err = meta.Load(raftDir)
+		f()
 	}()
 	<-done
-	return ps, err
+	return err
 }
 
 // makeDir creates d with mode 0700 if it is missing and then syncs its parent,

@@ -45,10 +45,15 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// damagedTail returns the offset at which raft-wal's recovery would end
-// the segment at path and the offset of a committed batch found beyond it
-// (0 if none).
-func damagedTail(path string) (end, committed int64, err error) {
+// damagedTail returns the offset at which the first batch starts that
+// raft-wal's recovery of the segment at path would not keep (the end of
+// the last commit frame its walk passes), and the offset of a committed
+// batch found after it (0 if none).
+//
+// The search starts there, not where the walk stopped: a damaged length
+// field sends the walk far past the data (into the zeros of the unwritten
+// rest of the file), and every batch it jumped over would go unseen.
+func damagedTail(path string) (start, committed int64, err error) {
 	// Mapped, not read: a segment is 64 MiB, and a copy on the heap would
 	// stay in the agent's memory long after the check.
 	f, err := os.Open(path)
@@ -68,21 +73,47 @@ func damagedTail(path string) (end, committed int64, err error) {
 		return 0, 0, err
 	}
 	defer syscall.Munmap(b)
-	end = walkFrames(b, nil)
-	var commits []int64
-	for o := end + walFrameHeaderLen; o+walFrameHeaderLen <= int64(len(b)); o += walFrameHeaderLen {
+	// A read error of the disk under the mapping is a fault, not an
+	// error value: make it one.
+	err = withFaults(func() {
+		// The first commit's checksum starts at the file's start.
+		start = 0
+		walkFrames(b, func(off int64, typ byte) {
+			if typ == walFrameCommit {
+				start = off + walFrameHeaderLen
+			}
+		})
+		committed = committedAfter(b, start)
+	})
+	if start == 0 {
+		start = walFileHeaderLen
+	}
+	return start, committed, err
+}
+
+// committedAfter returns the offset of the first commit frame after from
+// whose checksum matches the bytes since from or since one of the commit
+// frames before it: a batch that was completely written. 0 if there is
+// none.
+func committedAfter(b []byte, from int64) int64 {
+	starts := []int64{from}
+	o := from
+	if o < walFileHeaderLen {
+		o = walFileHeaderLen
+	}
+	for ; o+walFrameHeaderLen <= int64(len(b)); o += walFrameHeaderLen {
 		if b[o] != walFrameCommit || b[o+1] != 0 || b[o+2] != 0 || b[o+3] != 0 {
 			continue
 		}
 		want := binary.LittleEndian.Uint32(b[o+4 : o+8])
-		for i := len(commits) - 1; i >= 0 && i >= len(commits)-pairWindow; i-- {
-			if crc32.Checksum(b[commits[i]+walFrameHeaderLen:o], castagnoli) == want {
-				return end, o, nil
+		for i := len(starts) - 1; i >= 0 && i >= len(starts)-pairWindow; i-- {
+			if crc32.Checksum(b[starts[i]:o], castagnoli) == want {
+				return o
 			}
 		}
-		commits = append(commits, o)
+		starts = append(starts, o+walFrameHeaderLen)
 	}
-	return end, 0, nil
+	return 0
 }
 
 // walkFrames is raft-wal's walk through a segment: it calls each (if not
@@ -117,7 +148,7 @@ func walkFrames(b []byte, each func(off int64, typ byte)) int64 {
 // checkTail refuses a tail segment with committed batches after the point
 // where raft-wal would end it.
 func checkTail(path string) error {
-	end, committed, err := damagedTail(path)
+	start, committed, err := damagedTail(path)
 	if err != nil {
 		return fmt.Errorf("server: reading raft log segment %s: %w", path, err)
 	}
@@ -127,5 +158,5 @@ func checkTail(path string) error {
 	return fmt.Errorf("server: raft log segment %s is damaged at offset %d: acknowledged writes follow (a committed batch at offset %d), "+
 		"and the log would silently end before them; restore the data directory from a backup. "+
 		"To start anyway with only the writes before the damage, zero the rest of the file first "+
-		"(fallocate -p -o %d -l $(( $(stat -c %%s %s) - %d )) %s)", path, end, committed, end, path, end, path)
+		"(fallocate -p -o %d -l $(( $(stat -c %%s %s) - %d )) %s)", path, start, committed, start, path, start, path)
 }
