@@ -496,6 +496,7 @@ func TestAuditCLIAddressesAndValues(t *testing.T) {
 // answers no command or an unknown one with its usage and exit 127. holdfast
 // wrote the value "-h" for `kv put k -h`, refused `kv put k v -h` as too
 // many arguments, called -v an unknown command, and exited 1 for both.
+// (-v counts only before the command: after it, it is a value.)
 func TestAuditCLIHelpVersionAndUnknownAsConsul(t *testing.T) {
 	for _, c := range []struct {
 		args   []string
@@ -512,7 +513,10 @@ func TestAuditCLIHelpVersionAndUnknownAsConsul(t *testing.T) {
 		{[]string{"lock", "-h", "p", "ls"}, 0, "", "Usage: holdfast lock"},
 		{[]string{"-h"}, 0, "", "Usage: holdfast <command>"},
 		{[]string{"-v"}, 0, "holdfast ", ""},
-		{[]string{"kv", "get", "k", "--version"}, 0, "holdfast ", ""},
+		{[]string{"--version"}, 0, "holdfast ", ""},
+		// After the command, -v is a word like any other (review
+		// finding: `kv put k -v` printed the version and wrote nothing).
+		{[]string{"kv", "put", "k", "-v"}, 0, "Success! Data written to: k", ""},
 		{[]string{}, 127, "", "Usage: holdfast <command>"},
 		{[]string{"bogus"}, 127, "", `unknown command "bogus"`},
 		{[]string{"--bogus"}, 127, "", "Usage: holdfast <command>"},

@@ -67,14 +67,14 @@ var commands = map[string]command{
 // Run executes the command named by args[0] (args excludes the program name).
 //
 // As in Consul's CLI, -h, -help or --help anywhere before a "--" asks for
-// the help of the command named (exit 0, nothing run), -v or --version
-// anywhere before it for the version, and no command or an unknown one
-// prints the usage and exits 127. One difference: the child command of
-// holdfast lock keeps its own -h and -v (consul would print its help or
-// version and run nothing, exit 0: a job that silently never ran).
+// the help of the command named (exit 0, nothing run, the usage printed),
+// -v or --version before the command for the version, and no command or
+// an unknown one prints the usage and exits 127. The child command of
+// holdfast lock keeps its own -h (consul would print its help and run
+// nothing, exit 0: a job that silently never ran).
 func Run(ctx context.Context, args []string, stdio Stdio) error {
 	n := cliWords(args)
-	if wantsVersion(args[:n]) || (len(args) > 0 && (args[0] == "version" || args[0] == "-version")) {
+	if len(args) > 0 && (args[0] == "version" || args[0] == "-version" || args[0] == "-v" || args[0] == "--version") {
 		fmt.Fprintf(stdio.Out, "holdfast %s\n", Version)
 		return nil
 	}
@@ -139,19 +139,6 @@ func splitHelp(args []string) (rest []string, help bool) {
 		rest = append(rest, a)
 	}
 	return rest, help
-}
-
-// wantsVersion reports whether -v or --version comes before any "--".
-func wantsVersion(args []string) bool {
-	for _, a := range args {
-		if a == "--" {
-			return false
-		}
-		if a == "-v" || a == "--version" {
-			return true
-		}
-	}
-	return false
 }
 
 // Version is the build's version string.
