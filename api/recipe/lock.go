@@ -243,7 +243,8 @@ func (l *Lock) giveBack(ctx context.Context, qkey string) {
 // TryLock takes the lock if it is free and returns at once otherwise, with
 // ErrLocked (held by another session) or a *LockDelayError (free but in
 // its lock-delay). It does not queue. While a Lock call of the same Lock
-// waits, it returns ErrLockBusy.
+// waits, or a background cleanup of one that gave up runs (see Lock), it
+// returns ErrLockBusy.
 func (l *Lock) TryLock(ctx context.Context) (*Hold, error) {
 	if !l.acq.TryLock() {
 		return nil, ErrLockBusy

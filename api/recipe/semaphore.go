@@ -146,7 +146,8 @@ func (sem *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
 }
 
 // TryAcquire takes a permit if a slot is free, and returns ErrSemaphoreFull
-// at once otherwise.
+// at once otherwise; ErrSemaphoreBusy while an Acquire of this Semaphore
+// waits, or a background cleanup of one that gave up runs.
 func (sem *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) {
 	if !sem.acq.TryLock() {
 		return nil, ErrSemaphoreBusy

@@ -119,7 +119,7 @@ func (o gossipOptions) config(logger hclog.Logger, tags map[string]string) *goss
 // The channel it returns delivers the error that must stop the agent: a
 // member of the pool already uses this agent's name.
 func startJoin(ctx context.Context, pool *gossip.Pool, joins []string, logger hclog.Logger) <-chan error {
-	fatal := make(chan error, 2)
+	fatal := make(chan error, 1)
 	if len(joins) == 0 {
 		return fatal
 	}
@@ -136,22 +136,20 @@ func startJoin(ctx context.Context, pool *gossip.Pool, joins []string, logger hc
 			return
 		}
 		logger.Info("joined the gossip pool", "agents_contacted", n)
-		if err := keepJoined(ctx, pool, joins, clock.Real(), logger); err != nil {
-			fatal <- err
-		}
+		keepJoined(ctx, pool, joins, clock.Real(), logger)
 	}()
 	return fatal
 }
 
 // keepJoined joins the -join addresses again whenever, at a look every
-// reconnect interval on clk, no server is alive in the pool. It returns a
-// *gossip.NameConflictError if such a join finds this agent's name taken,
-// and nil when ctx ends or the pool stops.
-func keepJoined(ctx context.Context, pool *gossip.Pool, joins []string, clk clock.Clock, logger hclog.Logger) error {
+// reconnect interval on clk, no server is alive in the pool, until ctx
+// ends or the pool stops. A name conflict such a join meets is left to
+// guardName.
+func keepJoined(ctx context.Context, pool *gossip.Pool, joins []string, clk clock.Clock, logger hclog.Logger) {
 	failures := 0
 	for {
 		if clock.Sleep(ctx, clk, pool.Timing().Reconnect) != nil {
-			return nil
+			return
 		}
 		if hasLiveServer(pool.Members()) {
 			failures = 0
@@ -164,9 +162,13 @@ func keepJoined(ctx context.Context, pool *gossip.Pool, joins []string, clk cloc
 			failures = 0
 			logger.Info("no live server was known: joined the -join addresses again")
 		case errors.As(err, &nc):
-			return err
+			// Not this join's to judge: this agent may be the one the
+			// servers keep under the name. guardName, woken by the
+			// same conflict, asks them.
+			failures = 0
+			logger.Warn("joined again, and another agent claims this agent's name", "other", nc.Other)
 		case errors.Is(err, gossip.ErrShutdown):
-			return nil
+			return
 		default:
 			// Every interval while the servers are away: say so once.
 			if failures++; failures == 1 {
@@ -319,12 +321,13 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 		}}})
 	defer ag.Close()
 	c.local = httpapi.AgentHandler(ag, o.datacenter, httpapi.Options{})
-	// Requests in flight end when the agent stops: a blocking query
-	// forwarded to a server must not hold the shutdown for its wait.
-	baseCtx, stopRequests := context.WithCancel(context.Background())
+	// Blocking queries forwarded to a server end when the agent stops,
+	// rather than hold the shutdown for their wait; other requests (a
+	// write on its way) are let finish.
+	stopping, stopRequests := context.WithCancel(context.Background())
 	defer stopRequests()
-	hs := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return baseCtx }}
+	c.stopping = stopping
+	hs := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 
@@ -563,6 +566,10 @@ type clientAgent struct {
 	// local serves the agent's check and service endpoints; nil refuses them.
 	local http.Handler
 
+	// stopping, if set, is done when the agent shuts down: forwarded
+	// blocking queries end then.
+	stopping context.Context
+
 	mu   sync.Mutex
 	last string // the server's HTTP address used last
 	skip string // a server whose last forward failed
@@ -624,6 +631,9 @@ func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	caller := r.Context()
 	ctx, cancel := context.WithTimeout(context.WithValue(caller, targetKey{}, target), bound)
 	defer cancel()
+	if c.stopping != nil && r.Method == http.MethodGet && r.URL.Query().Get("index") != "" {
+		defer context.AfterFunc(c.stopping, cancel)()
+	}
 	c.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, callerKey{}, caller)))
 }
 

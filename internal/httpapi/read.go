@@ -23,8 +23,11 @@ type readOpts struct {
 	wait  time.Duration // how long to block, defaulted and clamped
 	mode  string        // modeLeader, modeConsistent or modeStale
 	// maxStale bounds a stale read (?max_stale): a server whose last
-	// contact with the leader is older, or that knows none, answers as the
-	// leader would (as Consul forwards such a read). 0: no bound.
+	// contact with the leader is older, or that knows no leader, serves
+	// it as a default read instead, which needs a known leader (Consul
+	// forwards such a read to the leader; a single server is its own, so
+	// the read then fails with "No cluster leader" only when there is
+	// none). 0: no bound.
 	maxStale time.Duration
 }
 

@@ -699,7 +699,7 @@ func TestAuditDurabilityDamagedSealedSegment(t *testing.T) {
 	f.Close()
 	cfg.logFS = nil
 	_, err = New(cfg)
-	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, raftDirName)) || !strings.Contains(err.Error(), "could not be read") {
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, raftDirName)) || !strings.Contains(err.Error(), "could not start from the log") {
 		t.Fatalf("start on a damaged sealed segment: %v; want a refusal naming %s", err, filepath.Join(dir, raftDirName))
 	}
 	t.Logf("refused: %v", err)

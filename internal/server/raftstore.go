@@ -268,10 +268,24 @@ type tidySink struct {
 
 func (s *tidySink) Cancel() error {
 	err := s.SnapshotSink.Cancel()
-	if rmErr := os.RemoveAll(s.tmp); rmErr != nil {
-		s.log.Warn("could not remove a failed snapshot", "path", s.tmp, "error", rmErr)
+	s.removeTmp()
+	return err
+}
+
+// Close finishes the snapshot; if that fails (writing its metadata, or
+// the rename that makes it a snapshot), its copy goes too.
+func (s *tidySink) Close() error {
+	err := s.SnapshotSink.Close()
+	if err != nil {
+		s.removeTmp()
 	}
 	return err
+}
+
+func (s *tidySink) removeTmp() {
+	if err := os.RemoveAll(s.tmp); err != nil {
+		s.log.Warn("could not remove a failed snapshot", "path", s.tmp, "error", err)
+	}
 }
 
 // removeUnfinishedSnapshots removes the snapshots a killed process was

@@ -297,8 +297,8 @@ func newRaft(rc *raft.Config, f raft.FSM, st *stores, trans raft.Transport, dir 
 		if dir != "" {
 			where = filepath.Join(dir, raftDirName)
 		}
-		r, err = nil, fmt.Errorf("the raft log in %s could not be read (%v; the entries' errors are logged above): "+
-			"the data directory is damaged; restore it from a backup", where, p)
+		r, err = nil, fmt.Errorf("raft could not start from the log and snapshots in %s (%v; raft's own errors are logged above): "+
+			"most likely the data directory is damaged, and should be restored from a backup", where, p)
 	}()
 	r, err = raft.NewRaft(rc, f, st.log, st.stable, st.snaps, trans)
 	if err != nil && dir != "" && strings.Contains(err.Error(), "failed to load any existing snapshots") {
