@@ -22,16 +22,16 @@ import (
 	"github.com/holdfast/holdfast/internal/state"
 )
 
-// Version is the envelope version this code writes. It reads version 1
-// too: the same header and body, without the checksum.
+// Version is the envelope version this code writes.
 //
 // An entry is: the version (1 byte), the command's Type (1 byte), the
-// leader's time in Unix nanoseconds (8 bytes, big-endian), the body, and,
-// from version 2 on, the CRC-32C (Castagnoli) of everything before it
-// (4 bytes, little-endian). raft-wal checks a checksum per batch, and only
-// that of the last batch when it opens the log: a byte of an entry that
-// changes on the disk later would otherwise be applied as it reads.
-const Version = 2
+// leader's time in Unix nanoseconds (8 bytes, big-endian), and the body.
+// Version 2, written by a few development builds, added the CRC-32C of all
+// that after it (4 bytes, little-endian); it is still read, and checked.
+// Entries are checksummed where raft stores them instead (the server's
+// log store), which covers raft's own fields (index, term, type) too and
+// leaves the envelope as older builds read it.
+const Version = 1
 
 // crcLen is the length of a version 2 entry's checksum.
 const crcLen = 4
@@ -73,22 +73,17 @@ func Encode(t Type, now time.Time, body interface{}) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsm: encoding command: %w", err)
 	}
-	return seal(append(header(t, now, len(b)), b...)), nil
+	return append(header(t, now, len(b)), b...), nil
 }
 
 // header starts a command of type t stamped now, with room for a body of n
-// bytes and the checksum.
+// bytes.
 func header(t Type, now time.Time, n int) []byte {
-	out := make([]byte, headerLen, headerLen+n+crcLen)
+	out := make([]byte, headerLen, headerLen+n)
 	out[0] = Version
 	out[1] = byte(t)
 	binary.BigEndian.PutUint64(out[2:], uint64(now.UnixNano()))
 	return out
-}
-
-// seal ends a command: its checksum.
-func seal(out []byte) []byte {
-	return binary.LittleEndian.AppendUint32(out, crc32.Checksum(out, castagnoli))
 }
 
 // Result is what Apply returns for a command (raft hands it to the

@@ -66,7 +66,7 @@ func EncodeKVS(now time.Time, req *state.KVRequest) ([]byte, error) {
 		return Encode(TypeKVS, now, req)
 	}
 	out := header(TypeKVSBinary, now, kvSize(req))
-	return seal(appendKV(out, code, &req.Entry)), nil
+	return appendKV(out, code, &req.Entry), nil
 }
 
 // The body of TypeTxnBinary, the command every transaction through the
@@ -93,7 +93,7 @@ func EncodeTxn(now time.Time, ops []*state.TxnOp) ([]byte, error) {
 	for _, op := range ops {
 		out = appendKV(out, kvOpCodes[op.KV.Op], &op.KV.Entry)
 	}
-	return seal(out), nil
+	return out, nil
 }
 
 // decodeTxn decodes a TypeTxnBinary body. A malformed body panics, as an

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -786,4 +787,39 @@ func TestAuditDurabilityDamageInTheMiddleOfTheLog(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Review finding: the checksum the state machine's envelope carried covered
+// the command's bytes, not raft's own fields: one byte of a stored entry,
+// its type changed from command to no-op, and the server started without
+// that write (raft skips no-ops). Entries are now checksummed where they
+// are stored, raft's fields included, and the start is refused.
+func TestAuditDurabilityEntryTypeChanged(t *testing.T) {
+	dir, clk := duStoppedWithKeys(t)
+	seg, b := onlySegment(t, dir)
+	frames := entryFrames(b)
+	at := frames[len(frames)/2] + walFrameHeaderLen // the entry's encoding: index, term, type as uvarints
+	_, n1 := binary.Uvarint(b[at:])
+	_, n2 := binary.Uvarint(b[at+int64(n1):])
+	typ := at + int64(n1+n2)
+	if b[typ] != byte(raft.LogCommand) {
+		t.Fatalf("entry at %d has type %d, want a command", at, b[typ])
+	}
+	f, err := os.OpenFile(seg, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{byte(raft.LogNoop)}, typ); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s, err := New(testConfig(dir, clk, nil))
+	if err == nil {
+		s.Shutdown()
+		t.Fatal("the server started on a log with an entry's type changed")
+	}
+	if !strings.Contains(err.Error(), "fails its checksum") || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("refusal: %v", err)
+	}
+	t.Logf("refused: %v", err)
 }

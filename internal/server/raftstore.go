@@ -1,8 +1,10 @@
 package server
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -142,7 +144,7 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS, segSize int)
 		return nil, err
 	}
 
-	guard := &sealedGuard{LogStore: w, dir: raftDir, failed: make(chan error, 1)}
+	guard := &sealedGuard{LogStore: &checkedLog{LogStore: w, dir: raftDir}, dir: raftDir, failed: make(chan error, 1)}
 	cached, err := raft.NewLogCache(logCacheSize, guard)
 	if err != nil {
 		return fail(fmt.Errorf("server: raft log cache: %w", err))
@@ -238,6 +240,81 @@ func (g *sealedGuard) check(err error) error {
 		})
 	}
 	return err
+}
+
+// checkedLog gives every log entry a checksum of its own, kept in the
+// entry's Extensions (raft's field for what layers add to an entry) and
+// checked whenever the entry is read back. raft-wal checks a checksum per
+// batch, and only the last batch's when it opens the log: a byte of an
+// older entry that changed on the disk would be read as written, a changed
+// type turning a write into a no-op that raft skips, a changed value
+// served to clients. The checksum (CRC-32C) covers the entry's index,
+// term, type, data and any Extensions of its own; raft never sees it. An
+// entry written without one (before it was added) is read as it is.
+type checkedLog struct {
+	raft.LogStore
+	dir string
+}
+
+// entryMark starts the Extensions of a checksummed entry; the checksum
+// follows it (little-endian), then the entry's own Extensions.
+var entryMark = [4]byte{'h', 'f', 'c', '1'}
+
+const entryMarkLen = len(entryMark) + 4
+
+func entrySum(l *raft.Log, ext []byte) uint32 {
+	var h [17]byte
+	binary.LittleEndian.PutUint64(h[0:], l.Index)
+	binary.LittleEndian.PutUint64(h[8:], l.Term)
+	h[16] = byte(l.Type)
+	c := crc32.Update(0, castagnoli, h[:])
+	c = crc32.Update(c, castagnoli, l.Data)
+	return crc32.Update(c, castagnoli, ext)
+}
+
+func (c *checkedLog) StoreLog(l *raft.Log) error { return c.StoreLogs([]*raft.Log{l}) }
+
+// StoreLogs stores copies of ls with their checksums: raft keeps the
+// entries it passes (its cache serves them), and they must stay as raft
+// made them.
+func (c *checkedLog) StoreLogs(ls []*raft.Log) error {
+	out := make([]*raft.Log, len(ls))
+	copies := make([]raft.Log, len(ls))
+	for i, l := range ls {
+		copies[i] = *l
+		ext := make([]byte, entryMarkLen+len(l.Extensions))
+		copy(ext, entryMark[:])
+		binary.LittleEndian.PutUint32(ext[len(entryMark):], entrySum(l, l.Extensions))
+		copy(ext[entryMarkLen:], l.Extensions)
+		copies[i].Extensions = ext
+		out[i] = &copies[i]
+	}
+	return c.LogStore.StoreLogs(out)
+}
+
+func (c *checkedLog) GetLog(index uint64, l *raft.Log) error {
+	if err := c.LogStore.GetLog(index, l); err != nil {
+		return err
+	}
+	ext := l.Extensions
+	if len(ext) < entryMarkLen || [4]byte(ext[:4]) != entryMark {
+		return nil // written before entries had checksums
+	}
+	own := ext[entryMarkLen:]
+	if l.Index != index || entrySum(l, own) != binary.LittleEndian.Uint32(ext[len(entryMark):entryMarkLen]) {
+		return fmt.Errorf("raft log entry %d in %s fails its checksum: the log is damaged (restore the data directory from a backup)", index, c.dir)
+	}
+	if len(own) == 0 {
+		own = nil
+	}
+	l.Extensions = own
+	return nil
+}
+
+// IsMonotonic passes raft-wal's answer through (see sealedGuard's).
+func (c *checkedLog) IsMonotonic() bool {
+	m, ok := c.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
 }
 
 // tidySnapshots is raft's file snapshot store, except that a snapshot
