@@ -290,6 +290,59 @@ func TestLockGivenUpWhileUnreachable(t *testing.T) {
 	}
 }
 
+// Review finding: a Lock call after one that gave up adopted the key a
+// hand-off had given to the entry left behind, under that hand-off's
+// LockIndex, and a cleanup request of the call that gave up, timed out but
+// still on its way, would then free the new hold (its release names that
+// LockIndex): another session could take the lock while this one still
+// held it. The new call now takes the key back first, and holds it under
+// a LockIndex of its own.
+func TestLockAfterGivingUpDoesNotAdopt(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newServer(t)
+	holder := lockSession(t, srv, nil)
+	h, err := mustLock(t, holder, "k", nil).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newFaultTransport()
+	quitter := faultSession(t, srv, tr, SessionOptions{})
+	ql := mustLock(t, quitter, "k", nil)
+	qctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := ql.Lock(qctx)
+		done <- err
+	}()
+	tr.waitParkedOrClosed(t, nil)
+	tr.setDown(true)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock given up: %v", err)
+	}
+	tr.setDown(false)
+	// Before any retry of the cleanup, the holder hands the key to the
+	// entry left behind.
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := srv.c.KV().Get(ctx, "k", nil)
+	if err != nil || p == nil || p.Session != quitter.ID() {
+		t.Fatalf("key after the holder's Unlock: %+v %v (want it handed to the entry left behind)", p, err)
+	}
+	handed := p.LockIndex
+	nh, err := ql.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq := nh.Sequencer(); seq.LockIndex == handed {
+		t.Fatalf("the new hold has the hand-off's LockIndex %d: a late release of the call that gave up would free it", handed)
+	}
+	if err := nh.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // advanceToRetry waits for a background cleanup's first retry to be due
 // on srv's clock, and moves the clock to it.
 func advanceToRetry(t *testing.T, ctx context.Context, srv *server) {

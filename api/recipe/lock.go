@@ -205,11 +205,20 @@ func (l *Lock) Lock(ctx context.Context) (*Hold, error) {
 	}
 	ctx, stop := withSession(ctx, l.s)
 	defer stop()
-	// An entry a call before this one left behind is ours again: this
-	// call joins with it (and a key handed to it meanwhile is adopted).
-	l.left.takeOver()
-
 	qkey := l.queueKey()
+	if l.left.pending() {
+		// A call before this one gave up and could not take back its
+		// entry, and perhaps a key handed to it. Take them back first
+		// rather than adopt them: a cleanup request of that call that
+		// timed out may still reach the server, and a release it carries
+		// names the LockIndex of that hand-off; a hold taken afresh has a
+		// new one, which it cannot free.
+		if err := l.abandon(ctx, qkey); err != nil {
+			return nil, ctxErr(ctx, l.s, err)
+		}
+		l.left.takeOver()
+	}
+
 	h, err := func() (*Hold, error) {
 		pairs, err := l.joinQueue(ctx, qkey)
 		if err != nil {
@@ -937,8 +946,16 @@ func (l *Lock) successor(ctx context.Context, qkey string) *api.KVPair {
 // answer): the entry may still be there, or the key still ours.
 func (l *Lock) abandon(ctx context.Context, qkey string) error {
 	if qkey != "" {
-		if _, err := l.kv.Delete(ctx, qkey, nil); err != nil {
+		// Conditioned on the entry as read: a delete that reaches the
+		// server late must not remove the entry of a later call.
+		e, _, err := l.kv.Get(ctx, qkey, nil)
+		if err != nil {
 			return err
+		}
+		if e != nil && e.Session == l.s.id {
+			if _, _, err := l.kv.DeleteCAS(ctx, e, nil); err != nil {
+				return err
+			}
 		}
 	}
 	p, _, err := l.kv.Get(ctx, l.key, nil)
