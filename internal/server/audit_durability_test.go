@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -822,4 +823,105 @@ func TestAuditDurabilityEntryTypeChanged(t *testing.T) {
 		t.Fatalf("refusal: %v", err)
 	}
 	t.Logf("refused: %v", err)
+}
+
+// Review finding: a crash (or a shutdown, which stops raft-wal's
+// background rotation) between the append that seals the tail segment in
+// its file and the rotation that records it in the meta store left a log
+// that raft-wal opened as sealed and never rotated: every write was refused
+// ("segment is sealed"), and the agent stopped at each start. The start now
+// finishes the rotation.
+func TestAuditDurabilityInterruptedRotation(t *testing.T) {
+	t.Run("sealed", func(t *testing.T) { interruptedRotation(t, false) })
+	// The crash tore the sealing batch: raft-wal dropped the batch but
+	// kept its seal. The start clears the torn batch.
+	t.Run("torn seal", func(t *testing.T) { interruptedRotation(t, true) })
+}
+
+func interruptedRotation(t *testing.T, torn bool) {
+	dir := t.TempDir()
+	clk := clocktest.NewFake(epoch)
+	cfg := testConfig(dir, clk, nil)
+	cfg.logFS = fs.New()
+	cfg.logSegmentSize = 16 << 10
+	s := startServer(t, cfg)
+	metaPath := filepath.Join(dir, raftDirName, metadb.FileName)
+	// Writes leave the meta store as it is; only a rotation changes it.
+	before, err := os.ReadFile(metaPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acked []string
+	var segs []string
+	for i := 0; i < 2000 && len(segs) < 2; i++ {
+		key := fmt.Sprintf("k%04d", i)
+		if err := putKey(s, key); err != nil {
+			t.Fatal(err)
+		}
+		acked = append(acked, key)
+		segs, _ = filepath.Glob(filepath.Join(dir, raftDirName, "*.wal"))
+	}
+	if len(segs) < 2 {
+		t.Fatal("no rotation after 2000 writes into 16 KiB segments")
+	}
+	if err := s.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	// What the crash leaves: the meta store from before the rotation, and
+	// no next segment.
+	if err := os.WriteFile(metaPath, before, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(segs)
+	for _, seg := range segs[1:] {
+		if err := os.Remove(seg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if torn {
+		b, err := os.ReadFile(segs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lastEntry, index int64
+		walkFrames(b, func(off int64, typ byte) {
+			switch typ {
+			case walFrameEntry:
+				lastEntry = off
+			case walFrameIndex:
+				index = off
+			}
+		})
+		if index == 0 || lastEntry > index {
+			t.Fatalf("no seal at the end of %s (index frame at %d, last entry at %d)", segs[0], index, lastEntry)
+		}
+		b[lastEntry+walFrameHeaderLen+1] ^= 0xff // inside the sealing batch's last entry
+		if err := os.WriteFile(segs[0], b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s2 := startServer(t, cfg)
+	select {
+	case err := <-s2.Failed():
+		t.Fatalf("the restarted server failed: %v", err)
+	default:
+	}
+	// The writes in the segment removed above are lost by construction
+	// (one or two), and the torn batch's; every one before is there.
+	for _, k := range acked[:len(acked)-3] {
+		if _, e := s2.State().KVGet(nil, k); e == nil {
+			t.Fatalf("acknowledged key %s lost", k)
+		}
+	}
+	for i := 0; i < 50; i++ {
+		if err := putKey(s2, fmt.Sprintf("after%d", i)); err != nil {
+			t.Fatalf("write %d after the restart: %v", i, err)
+		}
+	}
+	select {
+	case err := <-s2.Failed():
+		t.Fatalf("the restarted server failed: %v", err)
+	default:
+	}
 }

@@ -112,7 +112,7 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS, segSize int)
 	}
 
 	removeUnfinishedSnapshots(filepath.Join(dir, snapshotDirName), logger)
-	if err := checkLogFiles(raftDir, filepath.Join(dir, snapshotDirName)); err != nil {
+	if err := checkLogFiles(raftDir, filepath.Join(dir, snapshotDirName), logger); err != nil {
 		lock.Close()
 		return nil, err
 	}
@@ -400,7 +400,7 @@ func removeUnfinishedSnapshots(snapDir string, logger hclog.Logger) {
 // says which file is wrong. The one missing segment let through is a tail
 // that was never created (see below), which raft-wal makes as it should. A new data directory (no meta store, no
 // segment, no snapshot) passes.
-func checkLogFiles(raftDir, snapDir string) error {
+func checkLogFiles(raftDir, snapDir string, logger hclog.Logger) error {
 	segs, err := filepath.Glob(filepath.Join(raftDir, "*.wal"))
 	if err != nil {
 		return fmt.Errorf("server: listing %s: %w", raftDir, err)
@@ -434,6 +434,15 @@ func checkLogFiles(raftDir, snapDir string) error {
 	ps, err := loadMeta(meta, raftDir)
 	if err != nil {
 		return fmt.Errorf("server: reading %s: %w; %s", metaPath, err, aside)
+	}
+	changed, err := sealTail(raftDir, meta, ps, logger)
+	if err != nil {
+		return err
+	}
+	if changed {
+		if ps, err = loadMeta(meta, raftDir); err != nil {
+			return fmt.Errorf("server: reading %s: %w; %s", metaPath, err, aside)
+		}
 	}
 	for i, si := range ps.Segments {
 		p := filepath.Join(raftDir, segment.FileName(si))
