@@ -208,10 +208,9 @@ func readTail(b []byte) tailState {
 		entries      uint64
 		batchIndex   int64
 		prevEnd      int64 // the checksum of the first commit starts at the file's start
-		walkEnd      = walkFrames(b, nil)
 		lastComplete *commit
 	)
-	walkFrames(b, func(off int64, typ byte) {
+	walkEnd := walkFrames(b, func(off int64, typ byte) {
 		switch typ {
 		case walFrameEntry:
 			entries++
