@@ -246,27 +246,7 @@ func TestLockCancelledWhileJoining(t *testing.T) {
 func TestLockGivenUpWhileUnreachable(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newServer(t)
-	holder := lockSession(t, srv, nil)
-	h, err := mustLock(t, holder, "k", nil).Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	tr := newFaultTransport()
-	quitter := faultSession(t, srv, tr, SessionOptions{})
-	qctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := mustLock(t, quitter, "k", nil).Lock(qctx)
-		done <- err
-	}()
-	tr.waitParkedOrClosed(t, nil)
-	tr.setDown(true)
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Lock given up: %v", err)
-	}
+	h, tr, quitter, _ := giveUpWhileDown(t, ctx, srv)
 	qkey := "k/" + QueueDir + "/" + quitter.ID()
 	if p, _, err := srv.c.KV().Get(ctx, qkey, nil); err != nil || p == nil {
 		t.Fatalf("the quitter's entry is not left behind (%v %v): the test cut nothing", p, err)
@@ -300,26 +280,7 @@ func TestLockGivenUpWhileUnreachable(t *testing.T) {
 func TestLockAfterGivingUpDoesNotAdopt(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newServer(t)
-	holder := lockSession(t, srv, nil)
-	h, err := mustLock(t, holder, "k", nil).Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := newFaultTransport()
-	quitter := faultSession(t, srv, tr, SessionOptions{})
-	ql := mustLock(t, quitter, "k", nil)
-	qctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		_, err := ql.Lock(qctx)
-		done <- err
-	}()
-	tr.waitParkedOrClosed(t, nil)
-	tr.setDown(true)
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Lock given up: %v", err)
-	}
+	h, tr, quitter, ql := giveUpWhileDown(t, ctx, srv)
 	tr.setDown(false)
 	// Before any retry of the cleanup, the holder hands the key to the
 	// entry left behind.
@@ -341,6 +302,35 @@ func TestLockAfterGivingUpDoesNotAdopt(t *testing.T) {
 	if err := nh.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// giveUpWhileDown: a holder takes "k"; a second session, through a fault
+// transport, waits for it with a Lock call, which gives up (its context
+// cancelled) while every request fails. It returns the holder's hold, the
+// transport (still down), the session that gave up and its Lock.
+func giveUpWhileDown(t *testing.T, ctx context.Context, srv *server) (*Hold, *faultTransport, *Session, *Lock) {
+	t.Helper()
+	h, err := mustLock(t, lockSession(t, srv, nil), "k", nil).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newFaultTransport()
+	quitter := faultSession(t, srv, tr, SessionOptions{})
+	ql := mustLock(t, quitter, "k", nil)
+	qctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := ql.Lock(qctx)
+		done <- err
+	}()
+	tr.waitParkedOrClosed(t, nil)
+	tr.setDown(true)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock given up: %v", err)
+	}
+	return h, tr, quitter, ql
 }
 
 // advanceToRetry waits for a background cleanup's first retry to be due

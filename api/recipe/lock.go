@@ -205,19 +205,10 @@ func (l *Lock) Lock(ctx context.Context) (*Hold, error) {
 	}
 	ctx, stop := withSession(ctx, l.s)
 	defer stop()
-	qkey := l.queueKey()
-	if l.left.pending() {
-		// A call before this one gave up and could not take back its
-		// entry, and perhaps a key handed to it. Take them back first
-		// rather than adopt them: a cleanup request of that call that
-		// timed out may still reach the server, and a release it carries
-		// names the LockIndex of that hand-off; a hold taken afresh has a
-		// new one, which it cannot free.
-		if err := l.abandon(ctx, qkey); err != nil {
-			return nil, ctxErr(ctx, l.s, err)
-		}
-		l.left.takeOver()
+	if err := l.reclaimLeft(ctx); err != nil {
+		return nil, ctxErr(ctx, l.s, err)
 	}
+	qkey := l.queueKey()
 
 	h, err := func() (*Hold, error) {
 		pairs, err := l.joinQueue(ctx, qkey)
@@ -235,6 +226,24 @@ func (l *Lock) Lock(ctx context.Context) (*Hold, error) {
 		return nil, ctxErr(ctx, l.s, err)
 	}
 	return h, nil
+}
+
+// reclaimLeft takes back, at the start of a Lock or TryLock, what a call
+// before it gave up and could not: its queue entry, and perhaps a key a
+// holder's Unlock handed to that entry. It takes them back rather than
+// adopt them: a cleanup request of that call that timed out may still
+// reach the server, and a release it carries names the LockIndex of that
+// hand-off; a hold taken afresh has a new one, which it cannot free. The
+// caller holds acq.
+func (l *Lock) reclaimLeft(ctx context.Context) error {
+	if !l.left.pending() {
+		return nil
+	}
+	if err := l.abandon(ctx, l.queueKey()); err != nil {
+		return err
+	}
+	l.left.takeOver()
+	return nil
 }
 
 // giveBack abandons qkey (see abandon) for a call that gave up, within a
@@ -267,13 +276,8 @@ func (l *Lock) TryLock(ctx context.Context) (*Hold, error) {
 	}
 	ctx, stop := withSession(ctx, l.s)
 	defer stop()
-	if l.left.pending() {
-		// A Lock call that gave up left its queue entry, which a
-		// holder's Unlock could hand the key to: take it back first.
-		if err := l.abandon(ctx, l.queueKey()); err != nil {
-			return nil, ctxErr(ctx, l.s, err)
-		}
-		l.left.takeOver()
+	if err := l.reclaimLeft(ctx); err != nil {
+		return nil, ctxErr(ctx, l.s, err)
 	}
 	p, _, err := l.kv.Get(ctx, l.key, nil)
 	if err != nil {
@@ -946,16 +950,8 @@ func (l *Lock) successor(ctx context.Context, qkey string) *api.KVPair {
 // answer): the entry may still be there, or the key still ours.
 func (l *Lock) abandon(ctx context.Context, qkey string) error {
 	if qkey != "" {
-		// Conditioned on the entry as read: a delete that reaches the
-		// server late must not remove the entry of a later call.
-		e, _, err := l.kv.Get(ctx, qkey, nil)
-		if err != nil {
+		if err := deleteOwn(ctx, l.kv, qkey, l.s.id); err != nil {
 			return err
-		}
-		if e != nil && e.Session == l.s.id {
-			if _, _, err := l.kv.DeleteCAS(ctx, e, nil); err != nil {
-				return err
-			}
 		}
 	}
 	p, _, err := l.kv.Get(ctx, l.key, nil)

@@ -195,16 +195,11 @@ func (sem *Semaphore) acquire(ctx context.Context, once bool) (*Permit, error) {
 		// While the entry stays, its live session counts as a holder if
 		// our slot's write went through unheard: what the server did not
 		// take now is retried in the background (see leftover).
-		// The delete is conditioned on the entry as read, so that one
-		// that reaches the server late cannot remove the entry of a
-		// later Acquire (its slot would be pruned under its Permit).
+		// The delete is conditioned on the entry as read (deleteOwn), so
+		// that one that reaches the server late cannot remove the entry
+		// of a later Acquire (its slot would be pruned under its Permit).
 		leave := func(ctx context.Context) error {
-			e, _, err := sem.kv.Get(ctx, sem.contenderKey(), nil)
-			if err != nil || e == nil || e.Session != sem.s.id {
-				return err
-			}
-			_, _, err = sem.kv.DeleteCAS(ctx, e, nil)
-			return err
+			return deleteOwn(ctx, sem.kv, sem.contenderKey(), sem.s.id)
 		}
 		cctx, cancel := cleanupCtx(ctx, sem.s.clk, sem.s.renewTO)
 		if leave(cctx) != nil {

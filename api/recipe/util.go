@@ -155,3 +155,15 @@ func (o *leftover) pending() bool { return o.left }
 // takeOver says that the caller's new call now owns what was left (it
 // rejoins with the same entry), so the background stands down.
 func (o *leftover) takeOver() { o.left = false }
+
+// deleteOwn deletes key if session holds it, conditioned on the entry as
+// read: a delete that reaches the server late (its caller gave up on it)
+// cannot remove the entry a later call made under the same key.
+func deleteOwn(ctx context.Context, kv *api.KV, key, session string) error {
+	e, _, err := kv.Get(ctx, key, nil)
+	if err != nil || e == nil || e.Session != session {
+		return err
+	}
+	_, _, err = kv.DeleteCAS(ctx, e, nil)
+	return err
+}

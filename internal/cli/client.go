@@ -230,16 +230,12 @@ func (c *clientAgent) guardName(ctx context.Context, pool *gossip.Pool, clk cloc
 // nameHolder asks a server's gossip pool which address holds this agent's
 // name: "" if no live member has it there (yet).
 func (c *clientAgent) nameHolder(ctx context.Context) (string, error) {
-	srv := c.server()
-	if srv == "" {
-		return "", errors.New("No known Consul servers")
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	cl, err := api.NewClient(&api.Config{Address: srv, HTTPClient: http.DefaultClient})
+	cl, srv, err := c.serverClient()
 	if err != nil {
 		return "", err
 	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	ms, err := cl.Agent().Members(ctx)
 	if err != nil {
 		return "", fmt.Errorf("reading the members from %s: %w", srv, err)
@@ -413,6 +409,17 @@ func (c *clientAgent) settleChecks(ctx context.Context, ag *agent.Agent, clk clo
 
 var errNoServer = errors.New("No known Consul servers")
 
+// serverClient is an API client straight to a live server (see server),
+// and the server's HTTP address; errNoServer if the pool knows none.
+func (c *clientAgent) serverClient() (*api.Client, string, error) {
+	srv := c.server()
+	if srv == "" {
+		return nil, "", errNoServer
+	}
+	cl, err := api.NewClient(&api.Config{Address: srv, HTTPClient: http.DefaultClient})
+	return cl, srv, err
+}
+
 // Bounds of keepRegistered's blocking read and of its wait after a failure.
 const (
 	keepRegisteredWait     = 5 * time.Minute
@@ -461,16 +468,12 @@ func (c *clientAgent) keepRegistered(ctx context.Context, ag *agent.Agent, clk c
 // again if the node is there but one of them is missing, and returns the
 // index to wait on next.
 func (c *clientAgent) mendOnce(ctx context.Context, ag *agent.Agent, index uint64) (uint64, error) {
-	srv := c.server()
-	if srv == "" {
-		return 0, errNoServer
-	}
-	rctx, cancel := context.WithTimeout(ctx, keepRegisteredWait+keepRegisteredWait/16+forwardTimeout)
-	defer cancel()
-	cl, err := api.NewClient(&api.Config{Address: srv, HTTPClient: http.DefaultClient})
+	cl, srv, err := c.serverClient()
 	if err != nil {
 		return 0, err
 	}
+	rctx, cancel := context.WithTimeout(ctx, keepRegisteredWait+keepRegisteredWait/16+forwardTimeout)
+	defer cancel()
 	in, meta, err := cl.Health().Node(rctx, c.node, &api.QueryOptions{WaitIndex: index, WaitTime: keepRegisteredWait})
 	if err != nil {
 		return 0, fmt.Errorf("reading this node's checks from %s: %w", srv, err)
@@ -520,16 +523,16 @@ func (c *clientAgent) mendOnce(ctx context.Context, ag *agent.Agent, index uint6
 
 // settleOnce is one attempt of settleChecks.
 func (c *clientAgent) settleOnce(ctx context.Context, ag *agent.Agent) error {
-	srv := c.server()
-	if srv == "" {
-		return errNoServer
+	cl, srv, err := c.serverClient()
+	if err != nil {
+		return err
 	}
 	// What the state file holds but cannot be registered (a definition
 	// the agent now refuses) stays pending, and is not retried here.
 	if err := ag.Restore(ctx); err != nil && !errors.Is(err, state.ErrInvalidRequest) {
 		return err
 	}
-	checks, err := c.nodeChecks(ctx, srv)
+	checks, err := c.nodeChecks(ctx, cl, srv)
 	if err != nil {
 		return err
 	}
@@ -537,14 +540,10 @@ func (c *clientAgent) settleOnce(ctx context.Context, ag *agent.Agent) error {
 }
 
 // nodeChecks reads this node's checks from the catalog of the server at
-// srv.
-func (c *clientAgent) nodeChecks(ctx context.Context, srv string) ([]*state.HealthCheck, error) {
+// srv, through cl.
+func (c *clientAgent) nodeChecks(ctx context.Context, cl *api.Client, srv string) ([]*state.HealthCheck, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cl, err := api.NewClient(&api.Config{Address: srv, HTTPClient: http.DefaultClient})
-	if err != nil {
-		return nil, err
-	}
 	in, _, err := cl.Health().Node(ctx, c.node, nil)
 	if err != nil {
 		return nil, fmt.Errorf("reading this node's checks from %s: %w", srv, err)

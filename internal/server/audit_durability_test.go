@@ -677,11 +677,7 @@ func TestFailedSnapshotLeavesNoCopy(t *testing.T) {
 // newRaft), naming neither the data directory nor what to do. It is now a
 // refusal that names the log's directory.
 func TestAuditDurabilityDamagedSealedSegment(t *testing.T) {
-	dir := t.TempDir()
-	clk := clocktest.NewFake(epoch)
-	cfg := testConfig(dir, clk, nil)
-	cfg.logFS = fs.New()
-	cfg.logSegmentSize = 16 << 10
+	dir, _, cfg := segmentedConfig(t, fs.New(), 16<<10)
 	s := startServer(t, cfg)
 	duWriteKeys(t, s, "k", 400)
 	if err := s.Shutdown(); err != nil {
@@ -839,11 +835,7 @@ func TestAuditDurabilityInterruptedRotation(t *testing.T) {
 }
 
 func interruptedRotation(t *testing.T, torn bool) {
-	dir := t.TempDir()
-	clk := clocktest.NewFake(epoch)
-	cfg := testConfig(dir, clk, nil)
-	cfg.logFS = fs.New()
-	cfg.logSegmentSize = 16 << 10
+	dir, _, cfg := segmentedConfig(t, fs.New(), 16<<10)
 	s := startServer(t, cfg)
 	metaPath := filepath.Join(dir, raftDirName, metadb.FileName)
 	// Writes leave the meta store as it is; only a rotation changes it.
@@ -924,4 +916,17 @@ func interruptedRotation(t *testing.T, torn bool) {
 		t.Fatalf("the restarted server failed: %v", err)
 	default:
 	}
+}
+
+// segmentedConfig is a test server's configuration on a new data
+// directory, whose raft log is written through vfs in segments of size
+// bytes (small ones reach a rotation in a few hundred writes).
+func segmentedConfig(t *testing.T, vfs types.VFS, size int) (string, *clocktest.Fake, Config) {
+	t.Helper()
+	dir := t.TempDir()
+	clk := clocktest.NewFake(epoch)
+	cfg := testConfig(dir, clk, nil)
+	cfg.logFS = vfs
+	cfg.logSegmentSize = size
+	return dir, clk, cfg
 }

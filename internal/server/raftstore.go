@@ -52,7 +52,7 @@ type stores struct {
 	snaps  raft.SnapshotStore
 	close  func() error
 	// failed delivers, once, the error that leaves the log unable to take
-	// another write until it is opened again (see sealedGuard); nil for
+	// another write until it is opened again (see checkedLog); nil for
 	// in-memory stores.
 	failed <-chan error
 }
@@ -144,7 +144,7 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS, segSize int)
 		return nil, err
 	}
 
-	guard := &sealedGuard{LogStore: &checkedLog{LogStore: w, dir: raftDir}, dir: raftDir, failed: make(chan error, 1)}
+	guard := &checkedLog{LogStore: w, dir: raftDir, failed: make(chan error, 1)}
 	cached, err := raft.NewLogCache(logCacheSize, guard)
 	if err != nil {
 		return fail(fmt.Errorf("server: raft log cache: %w", err))
@@ -204,44 +204,6 @@ func (s *loudStable) loud(err error) error {
 	return err
 }
 
-// sealedGuard is raft-wal's log store with one failure made loud. When the
-// tail segment is full, raft-wal seals it and creates the next one in the
-// background; if that fails (a full disk, a directory it may not write) it
-// logs "rotate error" and never tries again, and every later write fails
-// with ErrSealed until the log is opened again. The server would then hold
-// an election every second for ever and answer "No cluster leader", even
-// after the disk had room again. The guard reports the first such failure
-// on failed, and the agent stops saying what to do; a restart opens the
-// log again, and raft-wal creates the segment it could not.
-type sealedGuard struct {
-	raft.LogStore
-	dir    string
-	once   sync.Once
-	failed chan error // capacity 1
-}
-
-func (g *sealedGuard) StoreLog(l *raft.Log) error { return g.check(g.LogStore.StoreLog(l)) }
-
-// IsMonotonic passes raft-wal's answer through: raft deletes the whole log
-// after restoring a snapshot only from a store that says it is monotonic.
-func (g *sealedGuard) IsMonotonic() bool {
-	m, ok := g.LogStore.(raft.MonotonicLogStore)
-	return ok && m.IsMonotonic()
-}
-
-func (g *sealedGuard) StoreLogs(ls []*raft.Log) error { return g.check(g.LogStore.StoreLogs(ls)) }
-
-func (g *sealedGuard) check(err error) error {
-	if errors.Is(err, wal.ErrSealed) {
-		g.once.Do(func() {
-			g.failed <- fmt.Errorf("the raft log in %s could not start a new segment file (the \"rotate error\" logged above says why: "+
-				"a full disk, or a directory the agent may not write), and takes no more writes until it is opened again; "+
-				"make room or fix the permissions, and start the agent again: every acknowledged write is kept", g.dir)
-		})
-	}
-	return err
-}
-
 // checkedLog gives every log entry a checksum of its own, kept in the
 // entry's Extensions (raft's field for what layers add to an entry) and
 // checked whenever the entry is read back. raft-wal checks a checksum per
@@ -251,9 +213,21 @@ func (g *sealedGuard) check(err error) error {
 // served to clients. The checksum (CRC-32C) covers the entry's index,
 // term, type, data and any Extensions of its own; raft never sees it. An
 // entry written without one (before it was added) is read as it is.
+//
+// It also makes one failure of raft-wal's loud. When the tail segment is
+// full, raft-wal seals it and creates the next one in the background; if
+// that fails (a full disk, a directory it may not write) it logs "rotate
+// error" and never tries again, and every later write fails with ErrSealed
+// until the log is opened again. The server would then hold an election
+// every second for ever and answer "No cluster leader", even after the
+// disk had room again. The first such failure is reported on failed (if
+// not nil), and the agent stops saying what to do; a restart opens the log
+// again, and raft-wal creates the segment it could not.
 type checkedLog struct {
 	raft.LogStore
-	dir string
+	dir    string
+	once   sync.Once
+	failed chan error // capacity 1
 }
 
 // entryMark starts the Extensions of a checksummed entry; the checksum
@@ -289,7 +263,15 @@ func (c *checkedLog) StoreLogs(ls []*raft.Log) error {
 		copies[i].Extensions = ext
 		out[i] = &copies[i]
 	}
-	return c.LogStore.StoreLogs(out)
+	err := c.LogStore.StoreLogs(out)
+	if errors.Is(err, wal.ErrSealed) && c.failed != nil {
+		c.once.Do(func() {
+			c.failed <- fmt.Errorf("the raft log in %s could not start a new segment file (the \"rotate error\" logged above says why: "+
+				"a full disk, or a directory the agent may not write), and takes no more writes until it is opened again; "+
+				"make room or fix the permissions, and start the agent again: every acknowledged write is kept", c.dir)
+		})
+	}
+	return err
 }
 
 func (c *checkedLog) GetLog(index uint64, l *raft.Log) error {
@@ -311,7 +293,8 @@ func (c *checkedLog) GetLog(index uint64, l *raft.Log) error {
 	return nil
 }
 
-// IsMonotonic passes raft-wal's answer through (see sealedGuard's).
+// IsMonotonic passes raft-wal's answer through: raft deletes the whole log
+// after restoring a snapshot only from a store that says it is monotonic.
 func (c *checkedLog) IsMonotonic() bool {
 	m, ok := c.LogStore.(raft.MonotonicLogStore)
 	return ok && m.IsMonotonic()
@@ -398,21 +381,15 @@ func removeUnfinishedSnapshots(snapDir string, logger hclog.Logger) {
 // store lists but that is gone, raft-wal makes anew, empty. Each would lose
 // acknowledged writes without a word, so the server refuses to start and
 // says which file is wrong. The one missing segment let through is a tail
-// that was never created (see below), which raft-wal makes as it should. A new data directory (no meta store, no
-// segment, no snapshot) passes.
+// that was never created (see below), which raft-wal makes as it should.
+// A new data directory (no meta store, no segment, no snapshot) passes.
+// The tail segment itself is checked by checkTail.
 func checkLogFiles(raftDir, snapDir string, logger hclog.Logger) error {
 	segs, err := filepath.Glob(filepath.Join(raftDir, "*.wal"))
 	if err != nil {
 		return fmt.Errorf("server: listing %s: %w", raftDir, err)
 	}
-	snaps := 0
-	if entries, err := os.ReadDir(snapDir); err == nil {
-		for _, e := range entries {
-			if e.IsDir() && !strings.HasSuffix(e.Name(), ".tmp") {
-				snaps++
-			}
-		}
-	}
+	snaps, newestSnap := finishedSnapshots(snapDir)
 	metaPath := filepath.Join(raftDir, metadb.FileName)
 	aside := "restore it from a backup, or move " + filepath.Dir(raftDir) + " aside to start empty"
 	st, err := os.Stat(metaPath)
@@ -435,7 +412,7 @@ func checkLogFiles(raftDir, snapDir string, logger hclog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("server: reading %s: %w; %s", metaPath, err, aside)
 	}
-	changed, err := sealTail(raftDir, meta, ps, logger)
+	changed, err := checkTail(raftDir, meta, ps, logger)
 	if err != nil {
 		return err
 	}
@@ -448,15 +425,10 @@ func checkLogFiles(raftDir, snapDir string, logger hclog.Logger) error {
 		p := filepath.Join(raftDir, segment.FileName(si))
 		_, err := os.Stat(p)
 		if err == nil {
-			if i == len(ps.Segments)-1 && si.SealTime.IsZero() {
-				if err := checkTail(p); err != nil {
-					return err
-				}
-			}
 			continue
 		}
 		if i > 0 && i == len(ps.Segments)-1 && si.SealTime.IsZero() && errors.Is(err, os.ErrNotExist) &&
-			ps.Segments[i-1].MaxIndex+1 == si.BaseIndex && newestSnapshotIndex(snapDir) < si.BaseIndex {
+			ps.Segments[i-1].MaxIndex+1 == si.BaseIndex && newestSnap < si.BaseIndex {
 			// The tail, just after a sealed segment, and no snapshot
 			// covers an entry of it: raft-wal records a new segment in
 			// the meta store before it creates its file, and syncs the
@@ -475,19 +447,20 @@ func checkLogFiles(raftDir, snapDir string, logger hclog.Logger) error {
 	return nil
 }
 
-// newestSnapshotIndex is the highest raft index of the finished snapshots
-// in snapDir (raft.FileSnapshotStore names each "<term>-<index>-<ms>"), 0
-// if there is none.
-func newestSnapshotIndex(snapDir string) uint64 {
+// finishedSnapshots counts the finished snapshots in snapDir and returns
+// the highest raft index among them (raft.FileSnapshotStore names each
+// "<term>-<index>-<ms>"; unfinished ones end in ".tmp"), 0 if there is
+// none.
+func finishedSnapshots(snapDir string) (count int, newest uint64) {
 	entries, err := os.ReadDir(snapDir)
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	var newest uint64
 	for _, e := range entries {
 		if !e.IsDir() || strings.HasSuffix(e.Name(), ".tmp") {
 			continue
 		}
+		count++
 		parts := strings.Split(e.Name(), "-")
 		if len(parts) != 3 {
 			continue
@@ -496,7 +469,7 @@ func newestSnapshotIndex(snapDir string) uint64 {
 			newest = idx
 		}
 	}
-	return newest
+	return count, newest
 }
 
 // loadMeta is meta.Load, with a memory fault turned into an error. The meta

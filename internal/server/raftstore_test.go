@@ -21,7 +21,6 @@ import (
 	"github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/types"
 
-	"github.com/holdfast/holdfast/clock/clocktest"
 	"github.com/holdfast/holdfast/internal/state"
 )
 
@@ -613,12 +612,8 @@ func TestPermissionHint(t *testing.T) {
 // server now reports the failure (the agent stops on it), and the restart
 // goes through with every acknowledged write.
 func TestLogRotationFailureStopsAndRestartRecovers(t *testing.T) {
-	dir := t.TempDir()
-	clk := clocktest.NewFake(epoch)
 	vfs := newFaultFS()
-	cfg := testConfig(dir, clk, nil)
-	cfg.logFS = vfs
-	cfg.logSegmentSize = 64 << 10
+	dir, _, cfg := segmentedConfig(t, vfs, 64<<10)
 	s := startServer(t, cfg)
 	vfs.fault.Store(faultCreate)
 

@@ -420,7 +420,7 @@ func (s *Server) Shutdown() error {
 
 // Failed delivers, once, an error that leaves this server unable to take
 // writes until it is started again: its raft log could not start a new
-// segment (see sealedGuard). The agent stops on it. It never delivers for
+// segment (see checkedLog). The agent stops on it. It never delivers for
 // in-memory storage.
 func (s *Server) Failed() <-chan error { return s.stores.failed }
 

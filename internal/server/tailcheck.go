@@ -23,10 +23,12 @@ import (
 // segment (a bad sector, a stray write) ends the log there too, and every
 // batch after it, acknowledged long ago, is dropped without a word.
 //
-// damagedTail tells the two apart. It walks the tail segment as raft-wal
-// does, to the point where raft-wal's walk stops, and then looks further
-// for a committed batch: two commit frames of which the second's checksum
-// matches the bytes between them. A batch whose commit frame checks out
+// checkTail tells the two apart. It walks the tail segment as raft-wal
+// does, and from the end of the last commit frame the walk passes (not
+// from where the walk stops: a damaged length field sends it far past the
+// data, into the zeros of the unwritten rest of the file, and every batch
+// it jumped over would go unseen) looks for a committed batch: two commit
+// frames of which the second's checksum matches the bytes between them. A batch whose commit frame checks out
 // was completely written, and its commit came after the earlier one, so
 // the point where the walk stopped was not the end of what was written:
 // the log is damaged there. A torn last batch leaves no such pair (it has
@@ -52,52 +54,6 @@ const (
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// damagedTail returns the offset at which the first batch starts that
-// raft-wal's recovery of the segment at path would not keep (the end of
-// the last commit frame its walk passes), and the offset of a committed
-// batch found after it (0 if none).
-//
-// The search starts there, not where the walk stopped: a damaged length
-// field sends the walk far past the data (into the zeros of the unwritten
-// rest of the file), and every batch it jumped over would go unseen.
-func damagedTail(path string) (start, committed int64, err error) {
-	// Mapped, not read: a segment is 64 MiB, and a copy on the heap would
-	// stay in the agent's memory long after the check.
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, 0, err
-	}
-	if fi.Size() < walFileHeaderLen+walFrameHeaderLen {
-		return 0, 0, nil
-	}
-	b, err := syscall.Mmap(int(f.Fd()), 0, int(fi.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer syscall.Munmap(b)
-	// A read error of the disk under the mapping is a fault, not an
-	// error value: make it one.
-	err = withFaults(func() {
-		// The first commit's checksum starts at the file's start.
-		start = 0
-		walkFrames(b, func(off int64, typ byte) {
-			if typ == walFrameCommit {
-				start = off + walFrameHeaderLen
-			}
-		})
-		committed = committedAfter(b, start)
-	})
-	if start == 0 {
-		start = walFileHeaderLen
-	}
-	return start, committed, err
-}
 
 // committedAfter returns the offset of the first commit frame after from
 // whose checksum matches the bytes since from or since one of the commit
@@ -153,22 +109,6 @@ func walkFrames(b []byte, each func(off int64, typ byte)) int64 {
 	return o
 }
 
-// checkTail refuses a tail segment with committed batches after the point
-// where raft-wal would end it.
-func checkTail(path string) error {
-	start, committed, err := damagedTail(path)
-	if err != nil {
-		return fmt.Errorf("server: reading raft log segment %s: %w", path, err)
-	}
-	if committed == 0 {
-		return nil
-	}
-	return fmt.Errorf("server: raft log segment %s is damaged at offset %d: acknowledged writes follow (a committed batch at offset %d), "+
-		"and the log would silently end before them; restore the data directory from a backup. "+
-		"To start anyway with only the writes before the damage, zero the rest of the file first "+
-		"(fallocate -p -o %d -l $(( $(stat -c %%s %s) - %d )) %s)", path, start, committed, start, path, start, path)
-}
-
 // A second gap in raft-wal's recovery (v0.4.1). The append that fills the
 // tail segment seals it in the file (an index frame, then the batch's
 // commit); the rotation that records the seal in the meta store and
@@ -180,7 +120,7 @@ func checkTail(path string) error {
 // the crash tore the sealing batch itself, raft-wal keeps the torn seal
 // while it drops the batch, with the same result.
 //
-// sealTail finishes such a rotation before raft-wal opens the log: it
+// checkTail also finishes such a rotation before raft-wal opens the log: it
 // records the seal in the meta store and lists a next segment (which
 // raft-wal then creates, as after any crash between the two), or, for a
 // torn seal, zeroes the torn batch (never acknowledged: its commit does
@@ -194,6 +134,9 @@ type tailState struct {
 	entries    uint64 // entries up to the last commit that checks out
 	tornFrom   int64  // where the torn batch starts, when torn
 	tornTo     int64  // where the walk ended, when torn
+	// keptEnd is the end of the last commit frame the walk passes (0, the
+	// file's start, if none): where the batches raft-wal drops begin.
+	keptEnd int64
 }
 
 // readTail walks a tail segment as raft-wal's recovery does.
@@ -204,11 +147,10 @@ func readTail(b []byte) tailState {
 		index         int64 // an index frame's data offset in this batch, or 0
 	}
 	var (
-		commits      []commit
-		entries      uint64
-		batchIndex   int64
-		prevEnd      int64 // the checksum of the first commit starts at the file's start
-		lastComplete *commit
+		commits    []commit
+		entries    uint64
+		batchIndex int64
+		prevEnd    int64 // the checksum of the first commit starts at the file's start
 	)
 	walkEnd := walkFrames(b, func(off int64, typ byte) {
 		switch typ {
@@ -225,29 +167,29 @@ func readTail(b []byte) tailState {
 		return tailState{}
 	}
 	final := commits[len(commits)-1]
-	ok := crc32.Checksum(b[final.crcStart:final.off], castagnoli) == binary.LittleEndian.Uint32(b[final.off+4:final.off+8])
-	if ok || final.entries < entries { // raft-wal trusts a commit that entries follow
-		lastComplete = &final
-	} else if len(commits) > 1 {
-		lastComplete = &commits[len(commits)-2]
-	}
+	// raft-wal trusts a final commit that entries follow, and checks the
+	// checksum of one that ends the data.
+	complete := final.entries < entries ||
+		crc32.Checksum(b[final.crcStart:final.off], castagnoli) == binary.LittleEndian.Uint32(b[final.off+4:final.off+8])
 	switch {
-	case lastComplete == &final && final.index != 0:
-		return tailState{sealed: true, indexStart: final.index, entries: final.entries}
-	case lastComplete != &final && final.index != 0:
-		st := tailState{torn: true, tornFrom: final.crcStart, tornTo: walkEnd}
-		if lastComplete != nil {
-			st.entries = lastComplete.entries
+	case complete && final.index != 0:
+		return tailState{sealed: true, indexStart: final.index, entries: final.entries, keptEnd: prevEnd}
+	case !complete && final.index != 0:
+		st := tailState{torn: true, tornFrom: final.crcStart, tornTo: walkEnd, keptEnd: prevEnd}
+		if len(commits) > 1 {
+			st.entries = commits[len(commits)-2].entries
 		}
 		return st
 	}
-	return tailState{}
+	return tailState{keptEnd: prevEnd}
 }
 
-// sealTail finishes, before raft-wal opens the log, a rotation that a
-// crash or a shutdown cut short (see above). It reports whether it changed
-// anything; ps is then stale.
-func sealTail(raftDir string, meta *metadb.BoltMetaDB, ps types.PersistentState, logger hclog.Logger) (bool, error) {
+// checkTail runs the two checks above on the tail segment of ps, before
+// raft-wal opens the log: it finishes a rotation cut short, and refuses a
+// segment with committed batches after the point where raft-wal would end
+// it. It reports whether it changed the meta store or the segment; ps is
+// then stale.
+func checkTail(raftDir string, meta *metadb.BoltMetaDB, ps types.PersistentState, logger hclog.Logger) (bool, error) {
 	if len(ps.Segments) == 0 {
 		return false, nil
 	}
@@ -271,33 +213,27 @@ func sealTail(raftDir string, meta *metadb.BoltMetaDB, ps types.PersistentState,
 	if fi.Size() < walFileHeaderLen+walFrameHeaderLen {
 		return false, nil
 	}
+	// Mapped, not read: a segment is 64 MiB, and a copy on the heap would
+	// stay in the agent's memory long after the check. A read error of the
+	// disk under the mapping is a fault, not an error value: withFaults
+	// makes it one.
 	b, err := syscall.Mmap(int(f.Fd()), 0, int(fi.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
 	if err != nil {
 		return false, err
 	}
-	var st tailState
-	err = withFaults(func() { st = readTail(b) })
-	syscall.Munmap(b)
-	if err != nil {
-		return false, fmt.Errorf("server: reading raft log segment %s: %w", path, err)
+	defer syscall.Munmap(b)
+	readErr := func(err error) error {
+		return fmt.Errorf("server: reading raft log segment %s: %w", path, err)
 	}
+	var st tailState
+	if err := withFaults(func() { st = readTail(b) }); err != nil {
+		return false, readErr(err)
+	}
+	changed, start := false, st.keptEnd
 	switch {
-	case st.torn:
-		// The sealing batch never completed, so it was never
-		// acknowledged: zero it, index frame and all, and raft-wal
-		// recovers the segment open, as it means to.
-		if _, err := f.WriteAt(make([]byte, st.tornTo-st.tornFrom), st.tornFrom); err != nil {
-			return false, fmt.Errorf("server: clearing the torn last batch of %s: %w", path, err)
-		}
-		if err := f.Sync(); err != nil {
-			return false, fmt.Errorf("server: clearing the torn last batch of %s: %w", path, err)
-		}
-		logger.Warn("cleared the torn last batch of the raft log's tail segment, which sealed it (never acknowledged)",
-			"segment", path, "from", st.tornFrom, "to", st.tornTo)
-		return true, nil
 	case st.sealed:
 		if st.entries == 0 {
-			return false, nil
+			break
 		}
 		now := time.Now()
 		maxIndex := tail.BaseIndex + st.entries - 1
@@ -313,7 +249,34 @@ func sealTail(raftDir string, meta *metadb.BoltMetaDB, ps types.PersistentState,
 		}
 		logger.Warn("finished the rotation of the raft log that a crash or shutdown cut short: its tail segment was sealed in its file, not in the meta store",
 			"segment", path, "max_index", maxIndex)
-		return true, nil
+		return true, nil // sealed now: not the tail any more
+	case st.torn:
+		// The sealing batch never completed, so it was never
+		// acknowledged: zero it, index frame and all, and raft-wal
+		// recovers the segment open, as it means to. (The mapping
+		// shares the file's pages: it reads the zeros below.)
+		if _, err := f.WriteAt(make([]byte, st.tornTo-st.tornFrom), st.tornFrom); err != nil {
+			return false, fmt.Errorf("server: clearing the torn last batch of %s: %w", path, err)
+		}
+		if err := f.Sync(); err != nil {
+			return false, fmt.Errorf("server: clearing the torn last batch of %s: %w", path, err)
+		}
+		logger.Warn("cleared the torn last batch of the raft log's tail segment, which sealed it (never acknowledged)",
+			"segment", path, "from", st.tornFrom, "to", st.tornTo)
+		changed, start = true, st.tornFrom
 	}
-	return false, nil
+	var committed int64
+	if err := withFaults(func() { committed = committedAfter(b, start) }); err != nil {
+		return changed, readErr(err)
+	}
+	if committed == 0 {
+		return changed, nil
+	}
+	if start < walFileHeaderLen {
+		start = walFileHeaderLen
+	}
+	return changed, fmt.Errorf("server: raft log segment %s is damaged at offset %d: acknowledged writes follow (a committed batch at offset %d), "+
+		"and the log would silently end before them; restore the data directory from a backup. "+
+		"To start anyway with only the writes before the damage, zero the rest of the file first "+
+		"(fallocate -p -o %d -l $(( $(stat -c %%s %s) - %d )) %s)", path, start, committed, start, path, start, path)
 }
