@@ -296,8 +296,18 @@ func TestConsulClientCatalogAgentStatus(t *testing.T) {
 	if err != nil || len(defs) != 1 || defs[0].Service.Service != "web" {
 		t.Fatalf("query get %v %v", defs, err)
 	}
-	if _, err := c.PreparedQuery().Update(&api.PreparedQueryDefinition{ID: q, Name: "q2", Service: api.ServiceQuery{Service: "web"}}, nil); err != nil {
+	if _, err := c.PreparedQuery().Update(&api.PreparedQueryDefinition{ID: q, Name: "q2", DNS: api.QueryDNSOptions{TTL: "10s"},
+		Service: api.ServiceQuery{Service: "web", Failover: api.QueryFailoverOptions{NearestN: 2, Datacenters: []string{"dc2"}}}}, nil); err != nil {
 		t.Fatal(err)
+	}
+	defs, _, err = c.PreparedQuery().Get(q, nil)
+	if err != nil || len(defs) != 1 || defs[0].Name != "q2" || defs[0].DNS.TTL != "10s" || defs[0].Service.Failover.NearestN != 2 ||
+		len(defs[0].Service.Failover.Datacenters) != 1 {
+		t.Fatalf("query get after update %+v %v", defs, err)
+	}
+	res, _, err := c.PreparedQuery().Execute("q2", nil)
+	if err != nil || res.Service != "web" || res.DNS.TTL != "10s" {
+		t.Fatalf("execute %+v %v", res, err)
 	}
 	if _, err := c.PreparedQuery().Delete(q, nil); err != nil {
 		t.Fatal(err)

@@ -47,10 +47,7 @@ func (h *handler) queryExecute(w http.ResponseWriter, r *http.Request, idOrName 
 	var pq *state.PreparedQuery
 	var csn []*state.CheckServiceNode
 	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
-		idx, q := s.QueryGet(ws, idOrName)
-		if q == nil {
-			idx, q = s.QueryByName(ws, idOrName)
-		}
+		idx, q := findQuery(s, ws, idOrName)
 		pq = q
 		if q == nil {
 			return idx, false
@@ -66,6 +63,7 @@ func (h *handler) queryExecute(w http.ResponseWriter, r *http.Request, idOrName 
 		return notFoundf("Query not found")
 	}
 	out := &executeJSON{Service: pq.Service.Service, Nodes: []serviceEntryJSON{}, Datacenter: h.b.Datacenter()}
+	out.DNS.TTL = pq.DNS.TTL
 	for _, c := range csn {
 		if !c.Healthy(pq.Service.OnlyPassing) || !hasTags(c.Service.Tags, pq.Service.Tags) {
 			continue
@@ -76,4 +74,41 @@ func (h *handler) queryExecute(w http.ResponseWriter, r *http.Request, idOrName 
 		out.Nodes = append(out.Nodes, h.serviceEntry(c))
 	}
 	return writeJSON(w, r, out)
+}
+
+// findQuery finds a query by ID, then by name, as execute and explain do.
+func findQuery(s *state.Store, ws watch.Set, idOrName string) (uint64, *state.PreparedQuery) {
+	idx, q := s.QueryGet(ws, idOrName)
+	if q == nil {
+		idx, q = s.QueryByName(ws, idOrName)
+	}
+	return idx, q
+}
+
+// queryExplain serves GET /v1/query/<id-or-name>/explain: the query that
+// execute would run, as {"Query": ...}. Consul's answer is the query with
+// its template filled in; holdfast has no templates, so it is the stored
+// query. Like execute, it never blocks.
+func (h *handler) queryExplain(w http.ResponseWriter, r *http.Request, idOrName string) error {
+	ro, err := h.parseRead(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	ro.index = 0
+	if idOrName == "" {
+		return invalidf("Missing query ID")
+	}
+	var pq *state.PreparedQuery
+	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
+		idx, q := findQuery(s, ws, idOrName)
+		pq = q
+		return idx, q != nil
+	})
+	if err != nil {
+		return err
+	}
+	if pq == nil {
+		return notFoundf("Query not found")
+	}
+	return writeJSON(w, r, struct{ Query *state.PreparedQuery }{pq})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/holdfast/holdfast/internal/state"
 	"github.com/holdfast/holdfast/internal/watch"
@@ -12,15 +13,24 @@ import (
 
 // queryBody is the body of POST /v1/query and PUT /v1/query/<id>: the parts
 // of Consul's PreparedQuery that holdfast keeps, and those it refuses (see
-// unsupported). Other fields (DNS, Namespace, Partition, ...) are ignored:
-// they would not change which nodes a query returns here.
+// unsupported). Consul Enterprise's Namespace and Partition are ignored, as
+// elsewhere in the API: holdfast has neither.
 type queryBody struct {
+	ID       string
 	Name     string
 	Session  string
 	Token    string
 	Service  serviceQueryBody
+	DNS      state.QueryDNS
 	Template struct{ Type string }
 }
+
+// redactedToken is what Consul shows in place of a query's token to a
+// reader without the right to see it. A definition read back that way and
+// submitted again would store it as the token; Consul refuses it, and so
+// does holdfast, whose reads never redact, so that a definition copied
+// from Consul does not lose its token unnoticed.
+const redactedToken = "<hidden>"
 
 // serviceQueryBody is a query's Service: state.ServiceQuery and the
 // filters of Consul's that holdfast does not apply.
@@ -39,10 +49,15 @@ type serviceQueryBody struct {
 // without the field: executed, it would return nodes the field excludes
 // (NodeMeta, ServiceMeta), leave out nodes it keeps (IgnoreCheckIDs), or
 // ask for instances or clusters holdfast does not have (Connect, Peer,
-// SamenessGroup). Failover is accepted: with one datacenter there is
-// nothing to fail over to, in Consul as here. The Go client sends every
-// field; their zero values are accepted.
+// SamenessGroup, a failover Peer). Failover to datacenters is accepted:
+// with one datacenter there is nothing to fail over to, in Consul as here.
+// The Go client sends every field; their zero values are accepted.
 func (q *serviceQueryBody) unsupported() string {
+	for i, t := range q.Failover.Targets {
+		if t.Peer != "" {
+			return "Service.Failover.Targets[" + itoa(int64(i)) + "].Peer"
+		}
+	}
 	switch {
 	case len(q.NodeMeta) > 0:
 		return "Service.NodeMeta"
@@ -60,7 +75,10 @@ func (q *serviceQueryBody) unsupported() string {
 	return ""
 }
 
-func (h *handler) decodeQuery(r *http.Request) (*state.PreparedQuery, error) {
+// decodeQuery reads a query definition. create says whether it is for a
+// new query, whose body may not carry an ID (an update's ID is the URL's,
+// as in Consul, whose Go client sends it in the body too).
+func (h *handler) decodeQuery(r *http.Request, create bool) (*state.PreparedQuery, error) {
 	body, err := readBody(r, h.opts.MaxValueSize, "")
 	if err != nil {
 		return nil, err
@@ -81,7 +99,41 @@ func (h *handler) decodeQuery(r *http.Request) (*state.PreparedQuery, error) {
 	if f := in.Service.unsupported(); f != "" {
 		return nil, invalidf("Prepared query field %s is not supported by holdfast: the query would not return what it asks for", f)
 	}
-	return &state.PreparedQuery{Name: in.Name, Session: in.Session, Token: in.Token, Service: in.Service.ServiceQuery}, nil
+	if err := checkQuery(&in, create); err != nil {
+		return nil, err
+	}
+	return &state.PreparedQuery{Name: in.Name, Session: in.Session, Token: in.Token,
+		Service: in.Service.ServiceQuery, DNS: in.DNS}, nil
+}
+
+// checkQuery refuses what Consul refuses in a definition it would store:
+// an ID on a new query, the redacted token, a negative NearestN, failover
+// Targets beside NearestN or Datacenters, and a DNS TTL that is not a
+// duration of zero or more.
+func checkQuery(in *queryBody, create bool) error {
+	if create && in.ID != "" {
+		return invalidf("A new prepared query cannot carry an ID (%q): the server assigns one; update a query with PUT /v1/query/<id>", in.ID)
+	}
+	if in.Token == redactedToken {
+		return invalidf("Token %q is how Consul shows a token it hides, not a token: submit the query's own token, or none", in.Token)
+	}
+	f := &in.Service.Failover
+	if f.NearestN < 0 {
+		return invalidf("Service.Failover.NearestN must be 0 or more, not %d", f.NearestN)
+	}
+	if (f.NearestN != 0 || len(f.Datacenters) != 0) && len(f.Targets) != 0 {
+		return invalidf("Service.Failover.Targets cannot be given together with NearestN or Datacenters")
+	}
+	if in.DNS.TTL != "" {
+		ttl, err := time.ParseDuration(in.DNS.TTL)
+		if err != nil {
+			return invalidf("DNS.TTL %q is not a duration such as \"10s\"", in.DNS.TTL)
+		}
+		if ttl < 0 {
+			return invalidf("DNS.TTL %q must not be negative", in.DNS.TTL)
+		}
+	}
+	return nil
 }
 
 // refuseNameAliasingID refuses a query name that is the ID of another
@@ -89,18 +141,23 @@ func (h *handler) decodeQuery(r *http.Request) (*state.PreparedQuery, error) {
 // name could never be used, and refusing it keeps a name from posing as
 // someone else's query. (IDs are random, so checking before the write
 // leaves no race worth closing.)
+// IDs are found in any case (queryID), so the name is compared the same way.
 func (h *handler) refuseNameAliasingID(q *state.PreparedQuery) error {
-	if q.Name == "" || q.Name == q.ID {
+	if q.Name == "" || strings.EqualFold(q.Name, q.ID) {
 		return nil
 	}
-	if _, other := h.b.State().QueryGet(nil, q.Name); other != nil {
+	id := q.Name
+	if isUUID(id) {
+		id = strings.ToLower(id)
+	}
+	if _, other := h.b.State().QueryGet(nil, id); other != nil {
 		return invalidf("Name '%s' aliases an existing query ID", q.Name)
 	}
 	return nil
 }
 
 func (h *handler) queryCreate(w http.ResponseWriter, r *http.Request, _ string) error {
-	q, err := h.decodeQuery(r)
+	q, err := h.decodeQuery(r, true)
 	if err != nil {
 		return err
 	}
@@ -171,7 +228,7 @@ func (h *handler) queryGet(w http.ResponseWriter, r *http.Request, arg string) e
 	case "execute":
 		return h.queryExecute(w, r, id)
 	case "explain":
-		return &Error{Kind: KindNotImplemented, Msg: "Prepared query " + action + " is not implemented yet"}
+		return h.queryExplain(w, r, id)
 	default:
 		return notFoundf("Invalid URL path: unknown prepared query action %q", action)
 	}
@@ -205,7 +262,7 @@ func (h *handler) queryUpdate(w http.ResponseWriter, r *http.Request, arg string
 	if id == "" {
 		return invalidf("Missing query ID")
 	}
-	q, err := h.decodeQuery(r)
+	q, err := h.decodeQuery(r, false)
 	if err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ func TestPreparedQueryErrors(t *testing.T) {
 		want(t, 400, "Prepared query templates are not supported")
 	e.do("POST", "/v1/query", `{`).want(t, 400, "Request decode failed: unexpected EOF")
 	e.do("GET", "/v1/query/abc/execute", "").want(t, 404, "Query not found")
-	e.do("GET", "/v1/query/abc/explain", "").want(t, 501, "Prepared query explain is not implemented yet")
+	e.do("GET", "/v1/query/abc/explain", "").want(t, 404, "Query not found")
 	e.do("GET", "/v1/query/abc/other", "").want(t, 404, `Invalid URL path: unknown prepared query action "other"`)
 	e.do("GET", "/v1/query/", "").want(t, 400, "Missing query ID")
 
@@ -122,6 +122,11 @@ func TestQueryNameAliasingAnID(t *testing.T) {
 	var second struct{ ID string }
 	e.do("POST", "/v1/query", `{"Name":"other","Service":{"Service":"web"}}`).want(t, 200, "*").json(t, &second)
 	e.do("PUT", "/v1/query/"+second.ID, `{"Name":"`+first.ID+`","Service":{"Service":"web"}}`).want(t, 400, want)
+	// IDs are found in any case, so a name that is another query's ID in
+	// upper case would run that query when executed by name.
+	upper := strings.ToUpper(first.ID)
+	e.do("POST", "/v1/query", `{"Name":"`+upper+`","Service":{"Service":"evil"}}`).
+		want(t, 400, "Name '"+upper+"' aliases an existing query ID")
 	// A query may carry its own ID as its name.
 	e.do("PUT", "/v1/query/"+first.ID, `{"Name":"`+first.ID+`","Service":{"Service":"web"}}`).want(t, 200, "")
 
@@ -241,4 +246,77 @@ func TestTooLargeNamesTheRightSetting(t *testing.T) {
 		"Request body(10 bytes) too large, max size: 8 bytes. See "+txnSizeDoc+".")
 	e.do("POST", "/v1/query", `{"Name":"q"}`).want(t, 413, "Request body(12 bytes) too large, max size: 8 bytes.")
 	e.do("PUT", "/v1/catalog/register", `{"Node":"n"}`).want(t, 413, "Request body(12 bytes) too large, max size: 8 bytes.")
+}
+
+// Finding: Failover and DNS were accepted and dropped, so reading a query
+// back (or executing it, for DNS.TTL) did not show what was written, and
+// their bad values (a negative NearestN, a TTL that is no duration) were
+// accepted; a failover Peer, which holdfast cannot reach, was accepted
+// where Service.Peer is refused; explain answered 501.
+func TestPreparedQueryFailoverDNSAndExplain(t *testing.T) {
+	e := newEnv(t)
+	var created struct{ ID string }
+	e.do("POST", "/v1/query", `{"Name":"api","Service":{"Service":"api","Failover":{"NearestN":3,"Datacenters":["dc2","dc3"]}},
+		"DNS":{"TTL":"10s"}}`).want(t, 200, "*").json(t, &created)
+	type def struct {
+		ID      string
+		Service struct {
+			Service  string
+			Failover state.QueryFailover
+		}
+		DNS state.QueryDNS
+	}
+	var got []def
+	e.do("GET", "/v1/query/"+created.ID, "").want(t, 200, "*").json(t, &got)
+	if len(got) != 1 || got[0].Service.Failover.NearestN != 3 || strings.Join(got[0].Service.Failover.Datacenters, ",") != "dc2,dc3" ||
+		got[0].DNS.TTL != "10s" {
+		t.Fatalf("read back %+v", got)
+	}
+	var exec struct {
+		Service string
+		DNS     struct{ TTL string }
+	}
+	e.do("GET", "/v1/query/api/execute", "").want(t, 200, "*").json(t, &exec)
+	if exec.Service != "api" || exec.DNS.TTL != "10s" {
+		t.Fatalf("execute %+v", exec)
+	}
+	var explained struct{ Query def }
+	e.do("GET", "/v1/query/api/explain", "").want(t, 200, "*").json(t, &explained)
+	if explained.Query.ID != created.ID || explained.Query.DNS.TTL != "10s" || explained.Query.Service.Failover.NearestN != 3 {
+		t.Fatalf("explain %+v", explained)
+	}
+	e.do("GET", "/v1/query/"+strings.ToUpper(created.ID)+"/explain", "").want(t, 200, "*")
+
+	// Targets by datacenter are kept; they may not come with NearestN or
+	// Datacenters.
+	e.do("PUT", "/v1/query/"+created.ID, `{"Name":"api","Service":{"Service":"api","Failover":{"Targets":[{"Datacenter":"dc2"}]}}}`).want(t, 200, "")
+	got = nil
+	e.do("GET", "/v1/query/"+created.ID, "").want(t, 200, "*").json(t, &got)
+	if ts := got[0].Service.Failover.Targets; len(ts) != 1 || ts[0].Datacenter != "dc2" || got[0].DNS.TTL != "" {
+		t.Fatalf("after update %+v", got)
+	}
+
+	for body, want := range map[string]string{
+		`{"Service":{"Service":"api","Failover":{"NearestN":-1}}}`:                                      "Service.Failover.NearestN must be 0 or more, not -1",
+		`{"Service":{"Service":"api","Failover":{"NearestN":1,"Targets":[{"Datacenter":"dc2"}]}}}`:      "Service.Failover.Targets cannot be given together with NearestN or Datacenters",
+		`{"Service":{"Service":"api","Failover":{"Datacenters":["a"],"Targets":[{"Datacenter":"b"}]}}}`: "Service.Failover.Targets cannot be given together with NearestN or Datacenters",
+		`{"Service":{"Service":"api","Failover":{"Targets":[{"Datacenter":"b"},{"Peer":"p"}]}}}`:        "Prepared query field Service.Failover.Targets[1].Peer is not supported by holdfast: the query would not return what it asks for",
+		`{"Service":{"Service":"api"},"DNS":{"TTL":"bogus"}}`:                                           `DNS.TTL "bogus" is not a duration such as "10s"`,
+		`{"Service":{"Service":"api"},"DNS":{"TTL":"-1s"}}`:                                             `DNS.TTL "-1s" must not be negative`,
+		`{"Service":{"Service":"api"},"Token":"<hidden>"}`:                                              `Token "<hidden>" is how Consul shows a token it hides, not a token: submit the query's own token, or none`,
+		`{"ID":"` + created.ID + `","Service":{"Service":"api"}}`:                                       `A new prepared query cannot carry an ID ("` + created.ID + `"): the server assigns one; update a query with PUT /v1/query/<id>`,
+	} {
+		e.do("POST", "/v1/query", body).want(t, 400, want)
+		// An update is refused the same way and changes nothing, but
+		// may carry its own ID (Consul's Go client sends it).
+		if !strings.HasPrefix(body, `{"ID"`) {
+			e.do("PUT", "/v1/query/"+created.ID, body).want(t, 400, want)
+		}
+	}
+	e.do("PUT", "/v1/query/"+created.ID, `{"ID":"`+created.ID+`","Name":"api","Service":{"Service":"api"}}`).want(t, 200, "")
+	var list []def
+	e.do("GET", "/v1/query", "").want(t, 200, "*").json(t, &list)
+	if len(list) != 1 || list[0].ID != created.ID {
+		t.Fatalf("queries %+v", list)
+	}
 }

@@ -123,6 +123,32 @@ type ServiceQuery struct {
 	OnlyPassing bool
 	Tags        []string `json:",omitempty"`
 	Near        string   `json:",omitempty"`
+	// Failover is kept and returned as written. With one datacenter
+	// there is nothing to fail over to, so it changes no answer.
+	Failover QueryFailover `json:",omitzero"`
+}
+
+// QueryFailover is a prepared query's Service.Failover.
+type QueryFailover struct {
+	NearestN    int
+	Datacenters []string              `json:",omitempty"`
+	Targets     []QueryFailoverTarget `json:",omitempty"`
+}
+
+// QueryFailoverTarget is one of Failover.Targets: a datacenter (with
+// Consul Enterprise's partition and namespace, kept as written). A Peer
+// target is refused by the API.
+type QueryFailoverTarget struct {
+	Peer       string `json:",omitempty"`
+	Datacenter string `json:",omitempty"`
+	Partition  string `json:",omitempty"`
+	Namespace  string `json:",omitempty"`
+}
+
+// QueryDNS is a prepared query's DNS part. holdfast serves no DNS: the
+// TTL is kept and returned by execute, as Consul returns it.
+type QueryDNS struct {
+	TTL string
 }
 
 // PreparedQuery is a stored query. A query with a Session is deleted in the
@@ -133,6 +159,7 @@ type PreparedQuery struct {
 	Session     string
 	Token       string
 	Service     ServiceQuery
+	DNS         QueryDNS `json:",omitzero"`
 	CreateIndex uint64
 	ModifyIndex uint64
 }
