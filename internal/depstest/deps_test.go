@@ -66,7 +66,9 @@ var lattice = map[string][]string{
 	// Gossip turns membership into serfHealth check updates; it may use
 	// the state's types for them, as httpapi does.
 	"internal/gossip":  {"clock", "internal/state"},
-	"internal/httpapi": {"clock", "internal/state", "internal/watch"},
+	"internal/httpapi": {"clock", "internal/logsample", "internal/state", "internal/watch"},
+	// A leaf: one log line per interval for repeated events.
+	"internal/logsample": {},
 	// The HTTP/1.1 connection loop: net/http's parser and types, nothing
 	// of holdfast's.
 	"internal/httpserve": {},
@@ -79,6 +81,7 @@ var lattice = map[string][]string{
 		"clock",
 		"internal/fsm",
 		"internal/gossip",
+		"internal/logsample",
 		"internal/state",
 		"internal/ttl",
 		"internal/watch",

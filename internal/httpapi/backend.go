@@ -58,6 +58,12 @@ type Backend interface {
 	// LeaderStatus reports whether a leader is known and how long since this
 	// server last heard from it (zero on the leader).
 	LeaderStatus() (known bool, lastContact time.Duration)
+	// Replayed reports whether this server's state has caught up, once
+	// since it started, with the log it found on the disk, or has heard
+	// from a leader. Before that it is an older snapshot's, and even a
+	// stale read would answer from before writes already acknowledged,
+	// with a lower index than clients have seen.
+	Replayed() bool
 	// Leader is the leader's raft address ("" if none); Peers are the voters'.
 	Leader() string
 	Peers() ([]string, error)

@@ -181,6 +181,7 @@ type fakeBackend struct {
 	ids   int
 
 	known       atomic.Bool
+	notReplayed atomic.Bool // Replayed() is its negation
 	lastContact time.Duration
 	failWrites  error // returned by every write when set
 	failRead    error // returned by ConsistentRead when set
@@ -354,6 +355,7 @@ func (f *fakeBackend) ConsistentRead(ctx context.Context) error {
 }
 
 func (f *fakeBackend) LeaderStatus() (bool, time.Duration) { return f.known.Load(), f.lastContact }
+func (f *fakeBackend) Replayed() bool                      { return !f.notReplayed.Load() }
 func (f *fakeBackend) Leader() string                      { return "127.0.0.1:8300" }
 func (f *fakeBackend) Peers() ([]string, error)            { return []string{"127.0.0.1:8300"}, nil }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/clock"
+	"github.com/holdfast/holdfast/internal/logsample"
 )
 
 // Defaults for Options.
@@ -81,7 +82,14 @@ type handler struct {
 	b      Backend
 	opts   Options
 	routes []*route
+
+	noLeader logsample.Sampler // refusals for want of a leader
 }
+
+// noLeaderEvery is the least time between two log lines about requests
+// refused because no leader is known: a client polling every 20 ms through
+// a 3 s start made 168 error lines saying the same thing.
+const noLeaderEvery = 10 * time.Second
 
 // endpoint serves one method of one route. arg is the part of the decoded
 // path after the route's prefix ("" for exact routes).
@@ -99,7 +107,7 @@ type route struct {
 // New returns the HTTP API over b. The handler is safe for concurrent use;
 // every request's context bounds the backend calls made for it.
 func New(b Backend, opts Options) http.Handler {
-	h := &handler{b: b, opts: opts.withDefaults()}
+	h := &handler{b: b, opts: opts.withDefaults(), noLeader: logsample.Sampler{Every: noLeaderEvery}}
 	h.handle("/v1/kv", true, "GET", h.kvGet, "PUT", h.kvPut, "DELETE", h.kvDelete)
 	h.handle("/v1/txn", false, "PUT", h.txn)
 	h.handle("/v1/fence", true, "GET", h.fence)
@@ -241,7 +249,14 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	kind := KindOf(err)
 	status := statusOf[kind]
-	if status >= 500 && kind != KindNotImplemented && err != errCancelled {
+	switch {
+	case status < 500 || kind == KindNotImplemented || err == errCancelled:
+	case messageOf(err) == errNoLeader.Msg:
+		if n := h.noLeader.Note(h.opts.Clock.Now()); n > 0 {
+			h.opts.Logger.Warn("refusing requests: no cluster leader yet (a start replaying its log, or an election)",
+				"refused", n, "latest", r.Method+" "+r.URL.Path)
+		}
+	default:
 		h.opts.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
 	hd := w.Header()

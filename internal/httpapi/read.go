@@ -107,6 +107,10 @@ func (h *handler) read(w http.ResponseWriter, r *http.Request, ro *readOpts, eva
 		if known, _ := h.b.LeaderStatus(); !known {
 			return errNoLeader
 		}
+	} else if !h.b.Replayed() {
+		// A server still replaying its log at start answers even a stale
+		// read as Consul's does before it has heard from a leader.
+		return errNoLeader
 	}
 	ctx := r.Context()
 	var index uint64

@@ -378,6 +378,13 @@ func (s *Server) LeaderStatus() (bool, time.Duration) {
 	return addr != "", time.Since(last)
 }
 
+// Replayed implements httpapi.Backend: true once this server has led with
+// its log applied (after the leadership barrier), or has heard from a
+// leader (Consul's rule for serving stale reads on a follower).
+func (s *Server) Replayed() bool {
+	return s.replayed.Load() || !s.raft.LastContact().IsZero()
+}
+
 // Leader is the leader's raft address, or "".
 func (s *Server) Leader() string {
 	addr, _ := s.raft.LeaderWithID()

@@ -76,7 +76,9 @@ func (s *Server) leaderLoop(ctx context.Context) {
 		}
 	}
 	s.readyForReads.Store(true)
+	s.replayed.Store(true)
 	s.log.Info("cluster leadership acquired", "node", s.cfg.NodeName)
+	s.checkLogSize() // the log an earlier run left can be compacted now
 	if s.serf != nil {
 		s.serf.wake() // start reconciling the gossip pool for this term
 	}
@@ -235,7 +237,11 @@ func (s *Server) onSessionExpired(id string) {
 		_, err := s.apply(fsm.TypeSessionDestroy, fsm.SessionDestroy{ID: id})
 		switch {
 		case err == nil:
-			s.log.Debug("session expired", "session", id)
+			if n := s.expiredLog.Note(s.clk.Now()); n > 0 {
+				s.log.Info("session invalidated: its TTL lapsed", "session", id, "lapsed_since_last_line", n)
+			} else {
+				s.log.Debug("session expired", "session", id)
+			}
 		case err == ErrShuttingDown || err == ErrNoLeader || errors.As(err, new(*OutcomeUnknownError)):
 			// The next leader arms the timer again (and, when the
 			// destroy did reach the log, finds the session gone).

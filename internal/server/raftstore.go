@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,7 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -36,9 +39,17 @@ import (
 // fsync off: every StoreLogs ends with one fsync of the tail segment (and, the
 // first time a new segment is synced, of its directory) before it returns.
 const (
-	raftDirName       = "raft"
-	raftLockName      = "holdfast.lock"
-	logCacheSize      = 512
+	raftDirName  = "raft"
+	raftLockName = "holdfast.lock"
+	logCacheSize = 512
+	// maxCachedEntry is the largest entry (data and extensions) the log
+	// cache keeps: 512 of them are at most 8 MiB. A bigger one is read
+	// back from the log when raft needs it again, which a lone server
+	// seldom does: it applies what it writes from memory.
+	maxCachedEntry = 16 << 10
+	// growStep is how much data the log takes between two looks at its
+	// size on the disk (see Server.trimLog).
+	growStep          = 16 << 20
 	snapshotsRetained = 2
 	// snapshotDirName is the folder raft.FileSnapshotStore creates under its
 	// base directory; it is made here first so it gets our permissions.
@@ -55,11 +66,17 @@ type stores struct {
 	// another write until it is opened again (see checkedLog); nil for
 	// in-memory stores.
 	failed <-chan error
+	// grew is signalled each time another step of data has been written
+	// to the log; nil for in-memory stores.
+	grew <-chan struct{}
+	// checked is the disk log's wrapper (nil for in-memory stores); its
+	// step may be set before raft starts.
+	checked *checkedLog
 }
 
 // openStores opens raft's storage under dir: the raft-wal log store in
-// dir/raft/ (it is the StableStore too), fronted by a raft.LogCache of 512
-// entries, and a file snapshot store keeping 2 snapshots in dir/snapshots/.
+// dir/raft/ (it is the StableStore too), fronted by a cache of the last 512
+// entries (boundedCache), and a file snapshot store keeping 2 snapshots in dir/snapshots/.
 // Directories it creates get mode 0700. A lock file in dir/raft/ makes a
 // second opener of the same dir fail at once instead of waiting forever.
 //
@@ -81,10 +98,7 @@ func openInmemStores() (*stores, error) {
 	mem := raft.NewInmemStore()
 	// The cache adds nothing to an in-memory store, but keeping it means -dev
 	// and the tests exercise the same LogStore stack as a real server.
-	cached, err := raft.NewLogCache(logCacheSize, mem)
-	if err != nil {
-		return nil, fmt.Errorf("server: raft log cache: %w", err)
-	}
+	cached := newBoundedCache(mem)
 	return &stores{
 		log:    cached,
 		stable: mem,
@@ -144,11 +158,8 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS, segSize int)
 		return nil, err
 	}
 
-	guard := &checkedLog{LogStore: w, dir: raftDir, failed: make(chan error, 1)}
-	cached, err := raft.NewLogCache(logCacheSize, guard)
-	if err != nil {
-		return fail(fmt.Errorf("server: raft log cache: %w", err))
-	}
+	guard := &checkedLog{LogStore: w, dir: raftDir, failed: make(chan error, 1), grew: make(chan struct{}, 1)}
+	cached := newBoundedCache(guard)
 	fss, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, logger.Named("snapshot"))
 	if err != nil {
 		return fail(fmt.Errorf("server: open raft snapshots in %s: %w", dir, err))
@@ -176,7 +187,71 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS, segSize int)
 		return closeErr
 	}
 	stable := &loudStable{StableStore: w, dir: raftDir, log: logger}
-	return &stores{log: cached, stable: stable, snaps: snaps, close: closeFn, failed: guard.failed}, nil
+	return &stores{log: cached, stable: stable, snaps: snaps, close: closeFn, failed: guard.failed, grew: guard.grew, checked: guard}, nil
+}
+
+// boundedCache keeps the most recent log entries in memory, as raft's
+// LogCache does, in a ring indexed by entry index, but not an entry bigger
+// than maxCachedEntry: raft's cache held its last 512 entries whatever
+// their size, so after a burst of 512 KiB values it kept 256 MiB alive
+// until 512 newer writes came, long after the keys were deleted.
+type boundedCache struct {
+	raft.LogStore
+	mu   sync.RWMutex
+	ring []*raft.Log
+}
+
+func newBoundedCache(store raft.LogStore) *boundedCache {
+	return &boundedCache{LogStore: store, ring: make([]*raft.Log, logCacheSize)}
+}
+
+func (c *boundedCache) slot(index uint64) **raft.Log { return &c.ring[index%uint64(len(c.ring))] }
+
+func (c *boundedCache) GetLog(index uint64, l *raft.Log) error {
+	c.mu.RLock()
+	e := *c.slot(index)
+	c.mu.RUnlock()
+	if e != nil && e.Index == index {
+		*l = *e
+		return nil
+	}
+	return c.LogStore.GetLog(index, l)
+}
+
+func (c *boundedCache) StoreLog(l *raft.Log) error { return c.StoreLogs([]*raft.Log{l}) }
+
+// StoreLogs stores ls and then caches them; an entry too big to cache
+// empties its slot, so that the slot never holds an older entry than
+// the one stored last at its position.
+func (c *boundedCache) StoreLogs(ls []*raft.Log) error {
+	if err := c.LogStore.StoreLogs(ls); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	for _, l := range ls {
+		if len(l.Data)+len(l.Extensions) > maxCachedEntry {
+			*c.slot(l.Index) = nil
+		} else {
+			*c.slot(l.Index) = l
+		}
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// DeleteRange empties the cache: raft deletes the log's head after a
+// snapshot, and its tail when a new leader overwrites it.
+func (c *boundedCache) DeleteRange(min, max uint64) error {
+	c.mu.Lock()
+	clear(c.ring)
+	c.mu.Unlock()
+	return c.LogStore.DeleteRange(min, max)
+}
+
+// IsMonotonic passes the store's answer through (see checkedLog's).
+func (c *boundedCache) IsMonotonic() bool {
+	m, ok := c.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
 }
 
 // loudStable is the stable store (raft-wal's meta store, which keeps raft's
@@ -228,6 +303,11 @@ type checkedLog struct {
 	dir    string
 	once   sync.Once
 	failed chan error // capacity 1
+	// grew (capacity 1) is signalled each time written passes another
+	// step (default growStep) of entry data.
+	grew    chan struct{}
+	step    int64
+	written atomic.Int64
 }
 
 // entryMark starts the Extensions of a checksummed entry; the checksum
@@ -264,6 +344,22 @@ func (c *checkedLog) StoreLogs(ls []*raft.Log) error {
 		out[i] = &copies[i]
 	}
 	err := c.LogStore.StoreLogs(out)
+	if err == nil && c.grew != nil {
+		n := 0
+		for _, l := range ls {
+			n += len(l.Data)
+		}
+		step := c.step
+		if step <= 0 {
+			step = growStep
+		}
+		if w := c.written.Add(int64(n)); w/step != (w-int64(n))/step {
+			select {
+			case c.grew <- struct{}{}:
+			default:
+			}
+		}
+	}
 	if errors.Is(err, wal.ErrSealed) && c.failed != nil {
 		c.once.Do(func() {
 			c.failed <- fmt.Errorf("the raft log in %s could not start a new segment file (the \"rotate error\" logged above says why: "+
@@ -317,13 +413,53 @@ func (t *tidySnapshots) Create(version raft.SnapshotVersion, index, term uint64,
 	if err != nil {
 		return nil, err
 	}
-	return &tidySink{SnapshotSink: sink, tmp: filepath.Join(t.dir, sink.ID()+".tmp"), log: t.log}, nil
+	return &tidySink{SnapshotSink: sink, tmp: filepath.Join(t.dir, sink.ID()+".tmp"), log: t.log, began: time.Now()}, nil
 }
 
+// Open opens a snapshot to restore, and says when it has been read how
+// big it was and how long the restore took: raft's own lines give
+// neither, and a restore of a large state takes seconds.
+func (t *tidySnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	meta, rc, err := t.FileSnapshotStore.Open(id)
+	if err != nil {
+		return meta, rc, err
+	}
+	return meta, &timedReader{ReadCloser: rc, id: id, log: t.log, began: time.Now()}, nil
+}
+
+type timedReader struct {
+	io.ReadCloser
+	id    string
+	log   hclog.Logger
+	began time.Time
+	n     int64
+}
+
+func (r *timedReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	r.n += int64(n)
+	return n, err
+}
+
+func (r *timedReader) Close() error {
+	r.log.Info("snapshot read", "id", r.id, "size", sizeText(r.n), "took", time.Since(r.began).Round(time.Millisecond))
+	return r.ReadCloser.Close()
+}
+
+// tidySink is raft's snapshot sink, tidied up after a failure, and saying
+// what it wrote.
 type tidySink struct {
 	raft.SnapshotSink
-	tmp string
-	log hclog.Logger
+	tmp   string
+	log   hclog.Logger
+	began time.Time
+	n     int64
+}
+
+func (s *tidySink) Write(p []byte) (int, error) {
+	n, err := s.SnapshotSink.Write(p)
+	s.n += int64(n)
+	return n, err
 }
 
 func (s *tidySink) Cancel() error {
@@ -338,8 +474,10 @@ func (s *tidySink) Close() error {
 	err := s.SnapshotSink.Close()
 	if err != nil {
 		s.removeTmp()
+		return err
 	}
-	return err
+	s.log.Info("snapshot written", "id", s.ID(), "size", sizeText(s.n), "took", time.Since(s.began).Round(time.Millisecond))
+	return nil
 }
 
 func (s *tidySink) removeTmp() {

@@ -21,6 +21,7 @@ import (
 	"github.com/holdfast/holdfast/clock"
 	"github.com/holdfast/holdfast/internal/fsm"
 	"github.com/holdfast/holdfast/internal/gossip"
+	"github.com/holdfast/holdfast/internal/logsample"
 	"github.com/holdfast/holdfast/internal/ttl"
 )
 
@@ -64,6 +65,11 @@ type Config struct {
 	// ReapInterval is how often the leader drops old tombstones and ended
 	// lock-delays (default 15m). Tombstones live one to two intervals.
 	ReapInterval time.Duration
+	// LogSizeLimit bounds the raft log's segment files on the disk: past
+	// it the server takes a snapshot and compacts the log to a quarter of
+	// it (see logsize.go). Default 512 MiB; negative: raft's entry counts
+	// alone.
+	LogSizeLimit int64
 	// RaftTuning, if set, edits the raft configuration before use (tests
 	// shorten timeouts with it).
 	RaftTuning func(*raft.Config)
@@ -98,6 +104,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Datacenter == "" {
 		c.Datacenter = "dc1"
+	}
+	if c.LogSizeLimit == 0 {
+		c.LogSizeLimit = defaultLogSizeLimit
 	}
 	if c.RaftAddr == "" {
 		c.RaftAddr = "127.0.0.1:8300"
@@ -155,6 +164,9 @@ type Server struct {
 	// readyForReads is set once a new leader has applied everything
 	// committed before its term (after the leadership barrier).
 	readyForReads atomic.Bool
+	// replayed is set with readyForReads and never cleared: this
+	// process's state has caught up with the log once (see Replayed).
+	replayed atomic.Bool
 	// reads coalesces the leadership checks of consistent reads.
 	reads readBarrier
 
@@ -168,10 +180,15 @@ type Server struct {
 	// sessions whose expiry has begun and whose destroy is not through.
 	expMu    sync.Mutex
 	expiring map[string]struct{}
+	// expiredLog samples the log lines of TTL expiries.
+	expiredLog logsample.Sampler
 
 	// started is when New began, on the real clock (raft's LastContact
 	// is on it too).
 	started time.Time
+
+	// logCheck (capacity 1) asks watchLogSize for a look at the log.
+	logCheck chan struct{}
 
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
@@ -185,7 +202,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, clk: cfg.Clock, fsm: fsm.New(), shutdownCh: make(chan struct{}),
-		expiring: make(map[string]struct{}), started: time.Now()}
+		expiring: make(map[string]struct{}), started: time.Now(), expiredLog: logsample.Sampler{Every: 10 * time.Second}, logCheck: make(chan struct{}, 1)}
 	var (
 		st  *stores
 		err error
@@ -199,6 +216,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.stores = st
+	if st.checked != nil && cfg.LogSizeLimit > 0 {
+		// Look at the log's size a few times per limit's worth of writes.
+		st.checked.step = min(growStep, cfg.LogSizeLimit/8)
+	}
 
 	trans := cfg.Transport
 	if trans == nil {
@@ -261,6 +282,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.raft = r
 	s.reads.verify = s.verifyLeader
+	if has {
+		s.logReplay(st)
+	}
 	if err := s.startGossip(); err != nil {
 		r.Shutdown().Error()
 		s.closeStores()
@@ -270,6 +294,10 @@ func New(cfg Config) (*Server, error) {
 
 	s.wg.Add(1)
 	go s.monitorLeadership()
+	if cfg.DataDir != "" {
+		s.wg.Add(1)
+		go s.watchLogSize()
+	}
 	return s, nil
 }
 
@@ -308,6 +336,24 @@ func newRaft(rc *raft.Config, f raft.FSM, st *stores, trans raft.Transport, dir 
 			"or was written by a newer holdfast", err, filepath.Join(dir, snapshotDirName))
 	}
 	return r, err
+}
+
+// logReplay says, at a start on existing state, how many log entries
+// follow the snapshot restored: they are applied once this server leads
+// again, and requests are refused until then (a large log takes seconds).
+func (s *Server) logReplay(st *stores) {
+	last, err := st.log.LastIndex()
+	if err != nil {
+		return
+	}
+	var from uint64
+	if metas, err := st.snaps.List(); err == nil && len(metas) > 0 {
+		from = metas[0].Index // newest first
+	}
+	if last > from {
+		s.log.Info("applying the raft log before serving: requests are refused until \"cluster leadership acquired\"",
+			"entries", last-from, "after_snapshot_index", from)
+	}
 }
 
 // checkMember refuses raft state whose configuration does not have this
