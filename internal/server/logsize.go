@@ -21,7 +21,9 @@ const defaultLogSizeLimit = 512 << 20
 // and replayed at every start. So the server also bounds the log's size on
 // the disk: when it passes Config.LogSizeLimit, the server takes a snapshot
 // itself and keeps only as many entries after compaction as fit in a
-// quarter of the limit.
+// quarter of the limit. A state bigger than the limit raises it to the
+// newest snapshot's size, so that snapshots never write more than the log
+// took in.
 
 // watchLogSize trims the log each time it has grown by another growStep,
 // and once each time this server becomes leader (a log left big by an
@@ -62,6 +64,13 @@ func (s *Server) trimLog() {
 	if err != nil {
 		s.log.Warn("cannot measure the raft log", "dir", dir, "error", err)
 		return
+	}
+	if metas, err := s.stores.snaps.List(); err == nil && len(metas) > 0 {
+		// A snapshot costs a write of the whole state: with a state
+		// larger than the limit, the log may grow as large as the state
+		// between two, so that no more is written in snapshots than in
+		// the log itself.
+		limit = max(limit, metas[0].Size)
 	}
 	if size <= limit {
 		return

@@ -14,13 +14,14 @@ import (
 	"github.com/holdfast/holdfast/internal/state"
 )
 
-// writeBig writes n values of size bytes under prefix, then deletes them
-// all, as a burst of large values that is later cleaned up does.
+// writeBig writes n values of size bytes to 8 keys under prefix in turn,
+// then deletes them, as a burst of large values that is later cleaned up
+// does: the state stays small while the log grows.
 func writeBig(t *testing.T, s *Server, prefix string, n, size int) {
 	t.Helper()
 	val := []byte(strings.Repeat("x", size))
 	for i := 0; i < n; i++ {
-		key := prefix + strconv.Itoa(i)
+		key := prefix + strconv.Itoa(i%8)
 		if _, _, err := s.KVS(context.Background(), &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: key, Value: val}}); err != nil {
 			t.Fatal(err)
 		}
