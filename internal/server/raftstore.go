@@ -429,10 +429,11 @@ func (t *tidySnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, erro
 
 type timedReader struct {
 	io.ReadCloser
-	id    string
-	log   hclog.Logger
-	began time.Time
-	n     int64
+	id     string
+	log    hclog.Logger
+	began  time.Time
+	n      int64
+	closed bool
 }
 
 func (r *timedReader) Read(p []byte) (int, error) {
@@ -441,8 +442,13 @@ func (r *timedReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Close closes the snapshot; the line is said once, although raft and the
+// state machine's Restore each close it.
 func (r *timedReader) Close() error {
-	r.log.Info("snapshot read", "id", r.id, "size", sizeText(r.n), "took", time.Since(r.began).Round(time.Millisecond))
+	if !r.closed {
+		r.closed = true
+		r.log.Info("snapshot read", "id", r.id, "size", sizeText(r.n), "took", time.Since(r.began).Round(time.Millisecond))
+	}
 	return r.ReadCloser.Close()
 }
 
