@@ -80,7 +80,7 @@ func (s *Server) KVS(ctx context.Context, req *state.KVRequest) (bool, time.Dura
 // applyKVS commits a KV write in the binary encoding (fsm.EncodeKVS),
 // which is several times cheaper to build and to apply than JSON.
 func (s *Server) applyKVS(req *state.KVRequest) (*fsm.Result, error) {
-	b, err := fsm.EncodeKVS(s.clk.Now(), req)
+	b, err := fsm.EncodeKVS(s.stamp(), req)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func (s *Server) refuseEarly(req *state.KVRequest) (bool, time.Duration, error) 
 			return true, 0, nil
 		}
 		if until := st.KVLockDelay(e.Key); !until.IsZero() {
-			if left := until.Sub(s.clk.Now()); left > 0 {
+			if left := until.Sub(s.stamp()); left > 0 {
 				return true, left, nil
 			}
 		}
@@ -261,7 +261,7 @@ func (s *Server) Txn(ctx context.Context, ops []*state.TxnOp) ([]*state.TxnResul
 	if len(ops) > state.MaxTxnOps {
 		return nil, nil, fmt.Errorf("%w: Transaction contains too many operations (%d > %d)", state.ErrInvalidRequest, len(ops), state.MaxTxnOps)
 	}
-	b, err := fsm.EncodeTxn(s.clk.Now(), ops)
+	b, err := fsm.EncodeTxn(s.stamp(), ops)
 	if err != nil {
 		return nil, nil, err
 	}

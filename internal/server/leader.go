@@ -75,6 +75,7 @@ func (s *Server) leaderLoop(ctx context.Context) {
 			return
 		}
 	}
+	s.raiseStamps()
 	s.readyForReads.Store(true)
 	s.replayed.Store(true)
 	s.log.Info("cluster leadership acquired", "node", s.cfg.NodeName)
@@ -250,6 +251,37 @@ func (s *Server) onSessionExpired(id string) {
 			s.timers.Reset(id, expiryRetry)
 		}
 	}()
+}
+
+// stamp is the time written into a command, against which the state
+// machine judges lock-delays, and the time the leader compares their
+// deadlines with: the clock's reading when the server started, advanced
+// by the clock's monotonic reading since (Go's time.Now carries one), and
+// shifted by raiseStamps. A wall clock set back while the server runs (an
+// NTP step at boot, a hand) would otherwise make every lock-delay written
+// before the step end as much later: set back an hour, it would hold its
+// key for an hour. A clock set forward ends lock-delays early, as it would
+// on any server that trusts its clock; NTP slews small errors instead.
+func (s *Server) stamp() time.Time {
+	return s.stampBase.Add(s.clk.Now().Sub(s.stampBase) + time.Duration(s.stampShift.Load()))
+}
+
+// raiseStamps moves stamps forward, once the log is applied at the start
+// of a term, if the state has a lock-delay deadline more than MaxLockDelay
+// ahead of them: no deadline is set further ahead than that, so this
+// clock is behind the one that wrote the state (set back while the server
+// was down). Stamps then run from the state's time, and each lock-delay
+// ends at most MaxLockDelay later.
+func (s *Server) raiseStamps() {
+	h := s.State().LockDelayHorizon()
+	if h.IsZero() {
+		return
+	}
+	if behind := h.Sub(s.stamp()) - state.MaxLockDelay; behind > 0 {
+		s.stampShift.Add(int64(behind))
+		s.log.Warn("this server's clock is behind the time its state was written at (set back while it was down?): "+
+			"its times run on from the state's", "behind", behind.Round(time.Millisecond))
+	}
 }
 
 // expiryRetry is how long the leader waits before it tries again to

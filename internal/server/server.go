@@ -186,6 +186,10 @@ type Server struct {
 	// started is when New began, on the real clock (raft's LastContact
 	// is on it too).
 	started time.Time
+	// stampBase and stampShift make the times stamped on commands (see
+	// stamp).
+	stampBase  time.Time
+	stampShift atomic.Int64 // nanoseconds
 
 	// logCheck (capacity 1) asks watchLogSize for a look at the log.
 	logCheck chan struct{}
@@ -216,6 +220,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.stores = st
+	s.stampBase = cfg.Clock.Now()
 	if st.checked != nil && cfg.LogSizeLimit > 0 {
 		// Look at the log's size a few times per limit's worth of writes.
 		st.checked.step = min(growStep, cfg.LogSizeLimit/8)
@@ -522,7 +527,7 @@ var (
 // apply stamps a command with the leader's time, commits it through raft
 // and returns the state machine's result.
 func (s *Server) apply(t fsm.Type, body interface{}) (*fsm.Result, error) {
-	b, err := fsm.Encode(t, s.clk.Now(), body)
+	b, err := fsm.Encode(t, s.stamp(), body)
 	if err != nil {
 		return nil, err
 	}

@@ -459,3 +459,38 @@ func TestOnSelfRegisteredWhenTheNodeComesBack(t *testing.T) {
 	default:
 	}
 }
+
+// A lock-delay deadline is wall-clock time in the replicated state. A
+// server restarted with its clock set back an hour (an NTP step at boot)
+// read each deadline as an hour away, and held the key that long. Its
+// stamps now run on from the state's time: the delay left is at most
+// MaxLockDelay, here the 15 s it had.
+func TestLockDelayAfterClockSetBackWhileDown(t *testing.T) {
+	dir := t.TempDir()
+	clk := clocktest.NewFake(epoch.Add(time.Hour))
+	s := newTestServer(t, dir, clk)
+	ctx := context.Background()
+	holder := mustSession(t, s, state.Session{LockDelay: 15 * time.Second})
+	if ok, _, _ := s.KVS(ctx, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "k", Session: holder}}); !ok {
+		t.Fatal("acquire failed")
+	}
+	if err := s.SessionDestroy(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+
+	back := clocktest.NewFake(epoch) // an hour behind
+	s2 := newTestServer(t, dir, back)
+	c := mustSession(t, s2, state.Session{})
+	ok, left, _ := s2.KVS(ctx, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "k", Session: c}})
+	if ok || left <= 0 || left > state.MaxLockDelay {
+		t.Fatalf("acquire after the restart = %v, %v left; want refused with at most %v left", ok, left, state.MaxLockDelay)
+	}
+	back.Advance(left)
+	ok, left, err := s2.KVS(ctx, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "k", Session: c}})
+	if !ok || err != nil {
+		t.Fatalf("acquire once the delay left has passed = %v, %v left, %v; want the lock", ok, left, err)
+	}
+}

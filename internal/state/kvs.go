@@ -364,6 +364,23 @@ func (s *Store) KVLockDelay(key string) time.Time {
 	return time.Unix(0, raw.(*lockDelay).Until)
 }
 
+// LockDelayHorizon returns the latest lock-delay deadline in the store
+// (the zero time if there is none). No deadline is set further than
+// MaxLockDelay ahead of the time it was set at, so the store was written
+// at LockDelayHorizon() - MaxLockDelay or later.
+func (s *Store) LockDelayHorizon() time.Time {
+	it, err := s.db.Txn(false).Get(tabDelays, "id")
+	must(err)
+	var latest int64
+	for r := it.Next(); r != nil; r = it.Next() {
+		latest = max(latest, r.(*lockDelay).Until)
+	}
+	if latest == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, latest)
+}
+
 func maxU(a, b uint64) uint64 {
 	if a > b {
 		return a
