@@ -284,6 +284,10 @@ func (s *Server) raiseStamps() {
 	}
 }
 
+// expiredLogEvery is the least time between two log lines about sessions
+// whose TTL lapsed: 40,000 lapsing at once after a restart are a few lines.
+const expiredLogEvery = 10 * time.Second
+
 // expiryRetry is how long the leader waits before it tries again to
 // invalidate an expired session after a failed attempt.
 const expiryRetry = time.Second

@@ -25,7 +25,8 @@ const defaultLogSizeLimit = 512 << 20
 // newest snapshot's size, so that snapshots never write more than the log
 // took in.
 
-// watchLogSize trims the log each time it has grown by another growStep,
+// watchLogSize trims the log each time it has grown by another step (see
+// checkedLog.step),
 // and once each time this server becomes leader (a log left big by an
 // earlier run can only be snapshotted once it has been applied, which the
 // leadership barrier waits for). It runs until shutdown.

@@ -180,7 +180,8 @@ type Server struct {
 	// sessions whose expiry has begun and whose destroy is not through.
 	expMu    sync.Mutex
 	expiring map[string]struct{}
-	// expiredLog samples the log lines of TTL expiries.
+	// expiredLog samples the log lines of TTL expiries: one per
+	// expiredLogEvery.
 	expiredLog logsample.Sampler
 
 	// started is when New began, on the real clock (raft's LastContact
@@ -206,7 +207,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, clk: cfg.Clock, fsm: fsm.New(), shutdownCh: make(chan struct{}),
-		expiring: make(map[string]struct{}), started: time.Now(), expiredLog: logsample.Sampler{Every: 10 * time.Second}, logCheck: make(chan struct{}, 1)}
+		expiring: make(map[string]struct{}), started: time.Now(), expiredLog: logsample.Sampler{Every: expiredLogEvery}, logCheck: make(chan struct{}, 1)}
 	var (
 		st  *stores
 		err error
