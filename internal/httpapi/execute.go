@@ -28,13 +28,9 @@ type executeJSON struct {
 // datacenter and no randomness in this layer): they come ordered by node
 // and service ID. Execution never blocks, as in Consul; ?index is ignored.
 func (h *handler) queryExecute(w http.ResponseWriter, r *http.Request, idOrName string) error {
-	ro, err := h.parseRead(r.URL.Query())
+	ro, err := h.queryRunOpts(r, idOrName)
 	if err != nil {
 		return err
-	}
-	ro.index = 0
-	if idOrName == "" {
-		return invalidf("Missing query ID")
 	}
 	limit := 0
 	if s := r.URL.Query().Get("limit"); s != "" {
@@ -76,6 +72,20 @@ func (h *handler) queryExecute(w http.ResponseWriter, r *http.Request, idOrName 
 	return writeJSON(w, r, out)
 }
 
+// queryRunOpts reads the options of execute and explain, which never
+// block (?index is ignored), for the query idOrName.
+func (h *handler) queryRunOpts(r *http.Request, idOrName string) (*readOpts, error) {
+	ro, err := h.parseRead(r.URL.Query())
+	if err != nil {
+		return nil, err
+	}
+	ro.index = 0
+	if idOrName == "" {
+		return nil, invalidf("Missing query ID")
+	}
+	return ro, nil
+}
+
 // findQuery finds a query by ID, then by name, as execute and explain do.
 func findQuery(s *state.Store, ws watch.Set, idOrName string) (uint64, *state.PreparedQuery) {
 	idx, q := s.QueryGet(ws, idOrName)
@@ -90,13 +100,9 @@ func findQuery(s *state.Store, ws watch.Set, idOrName string) (uint64, *state.Pr
 // its template filled in; holdfast has no templates, so it is the stored
 // query. Like execute, it never blocks.
 func (h *handler) queryExplain(w http.ResponseWriter, r *http.Request, idOrName string) error {
-	ro, err := h.parseRead(r.URL.Query())
+	ro, err := h.queryRunOpts(r, idOrName)
 	if err != nil {
 		return err
-	}
-	ro.index = 0
-	if idOrName == "" {
-		return invalidf("Missing query ID")
 	}
 	var pq *state.PreparedQuery
 	err = h.read(w, r, ro, func(s *state.Store, ws watch.Set) (uint64, bool) {
