@@ -26,7 +26,7 @@ const defaultLogSizeLimit = 512 << 20
 // took in.
 
 // watchLogSize trims the log each time it has grown by another step (see
-// checkedLog.step),
+// growth),
 // and once each time this server becomes leader (a log left big by an
 // earlier run can only be snapshotted once it has been applied, which the
 // leadership barrier waits for). It runs until shutdown.
@@ -36,7 +36,7 @@ func (s *Server) watchLogSize() {
 		select {
 		case <-s.shutdownCh:
 			return
-		case <-s.stores.grew:
+		case <-s.stores.growth.ch:
 		case <-s.logCheck:
 		}
 		s.trimLog()
@@ -52,18 +52,18 @@ func (s *Server) checkLogSize() {
 }
 
 // trimLog takes a snapshot, and compacts the log to a quarter of the limit,
-// if the log's segment files take more than Config.LogSizeLimit. It
+// if the log's segment files (or, in memory, its entries) take more than
+// Config.LogSizeLimit. It
 // estimates the entries to keep from their average size, and lends raft
 // that TrailingLogs for the one snapshot.
 func (s *Server) trimLog() {
 	limit := s.cfg.LogSizeLimit
-	if limit <= 0 || s.cfg.DataDir == "" {
+	if limit <= 0 || s.stores.size == nil {
 		return
 	}
-	dir := filepath.Join(s.cfg.DataDir, raftDirName)
-	size, err := segmentBytes(dir)
+	size, err := s.stores.size()
 	if err != nil {
-		s.log.Warn("cannot measure the raft log", "dir", dir, "error", err)
+		s.log.Warn("cannot measure the raft log", "error", err)
 		return
 	}
 	if metas, err := s.stores.snaps.List(); err == nil && len(metas) > 0 {
@@ -103,7 +103,7 @@ func (s *Server) trimLog() {
 			"size", sizeText(size), "limit", sizeText(limit), "error", err)
 		return
 	}
-	after, _ := segmentBytes(dir)
+	after, _ := s.stores.size()
 	s.log.Info("the raft log was over its size limit: took a snapshot and compacted it",
 		"before", sizeText(size), "after", sizeText(after), "limit", sizeText(limit), "entries_kept", trimmed.TrailingLogs)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/hashicorp/raft-wal/fs"
 
+	"github.com/holdfast/holdfast/clock/clocktest"
 	"github.com/holdfast/holdfast/internal/state"
 )
 
@@ -107,6 +108,54 @@ func TestLogSizeLimitCompactsALogOfLargeValues(t *testing.T) {
 		}
 		if _, list := s2.fsm.State().KVList(nil, "big/"); len(list) != 0 {
 			t.Fatalf("%d deleted keys came back", len(list))
+		}
+	}
+}
+
+// An in-memory server (-dev) bounds its log too: it held every entry until
+// raft's entry counts came round, gigabytes after a burst of large values.
+func TestLogSizeLimitInMemory(t *testing.T) {
+	const limit = 1 << 20
+	for _, on := range []bool{true, false} {
+		cfg := testConfig("", clocktest.NewFake(epoch), nil)
+		cfg.LogSizeLimit = limit
+		if !on {
+			cfg.LogSizeLimit = -1
+		}
+		s := startServer(t, cfg)
+		writeBig(t, s, "big/", 96, 40<<10)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			n, err := s.stores.size()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !on {
+				if n <= limit {
+					t.Fatalf("without a limit the log holds %d bytes; the test needs it over %d", n, limit)
+				}
+				break
+			}
+			if n <= limit {
+				// The count is what the entries left hold.
+				first, _ := s.stores.log.FirstIndex()
+				last, _ := s.stores.log.LastIndex()
+				var sum int64
+				var l raft.Log
+				for i := first; i <= last && first > 0; i++ {
+					if s.stores.log.GetLog(i, &l) == nil {
+						sum += int64(len(l.Data))
+					}
+				}
+				if now, _ := s.stores.size(); now != sum {
+					t.Fatalf("size says %d bytes, the entries %d..%d hold %d", now, first, last, sum)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the log holds %d bytes, over its limit of %d", n, limit)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 }

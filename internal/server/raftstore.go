@@ -66,12 +66,81 @@ type stores struct {
 	// another write until it is opened again (see checkedLog); nil for
 	// in-memory stores.
 	failed <-chan error
-	// grew is signalled each time another step of data has been written
-	// to the log; nil for in-memory stores.
-	grew <-chan struct{}
-	// checked is the disk log's wrapper (nil for in-memory stores); its
-	// step may be set before raft starts.
-	checked *checkedLog
+	// growth signals each step of data written to the log (its step may
+	// be set before raft starts), and size says how many bytes the log
+	// holds now: its segment files, or its entries in memory.
+	growth *growth
+	size   func() (int64, error)
+}
+
+// growth signals on ch (capacity 1) each time the data written to the log
+// passes another step (default growStep), so that the server looks at the
+// log's size (see Server.trimLog) a few times per limit's worth of writes
+// and not at every write.
+type growth struct {
+	ch      chan struct{}
+	step    int64
+	written atomic.Int64
+}
+
+func newGrowth() *growth { return &growth{ch: make(chan struct{}, 1)} }
+
+// add counts the data of ls, which have been stored.
+func (g *growth) add(ls []*raft.Log) {
+	n := int64(0)
+	for _, l := range ls {
+		n += int64(len(l.Data))
+	}
+	step := g.step
+	if step <= 0 {
+		step = growStep
+	}
+	if w := g.written.Add(n); w/step != (w-n)/step {
+		select {
+		case g.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// memLog is the in-memory log store with a count of the bytes its entries
+// hold, which a durable store's segment files give: an in-memory server
+// (-dev) bounds its log's size too, or a burst of large values would hold
+// gigabytes of memory until raft's entry counts came round.
+type memLog struct {
+	*raft.InmemStore
+	held   atomic.Int64
+	growth *growth
+}
+
+func (m *memLog) StoreLog(l *raft.Log) error { return m.StoreLogs([]*raft.Log{l}) }
+
+func (m *memLog) StoreLogs(ls []*raft.Log) error {
+	if err := m.InmemStore.StoreLogs(ls); err != nil {
+		return err
+	}
+	for _, l := range ls {
+		m.held.Add(int64(len(l.Data)))
+	}
+	m.growth.add(ls)
+	return nil
+}
+
+// DeleteRange subtracts the entries it deletes from the count: a walk of
+// the range, which compaction makes once per snapshot.
+func (m *memLog) DeleteRange(min, max uint64) error {
+	var gone int64
+	var l raft.Log
+	for i := min; i <= max && i >= min; i++ { // (i >= min: no wrap at the top)
+		if m.InmemStore.GetLog(i, &l) == nil {
+			gone += int64(len(l.Data))
+		}
+	}
+	if err := m.InmemStore.DeleteRange(min, max); err != nil {
+		return err
+	}
+	m.held.Add(-gone)
+	return nil
 }
 
 // openStores opens raft's storage under dir: the raft-wal log store in
@@ -96,14 +165,17 @@ func openStores(dir string, logger hclog.Logger) (*stores, error) {
 
 func openInmemStores() (*stores, error) {
 	mem := raft.NewInmemStore()
+	ml := &memLog{InmemStore: mem, growth: newGrowth()}
 	// The cache adds nothing to an in-memory store, but keeping it means -dev
 	// and the tests exercise the same LogStore stack as a real server.
-	cached := newBoundedCache(mem)
+	cached := newBoundedCache(ml)
 	return &stores{
 		log:    cached,
 		stable: mem,
 		snaps:  raft.NewInmemSnapshotStore(),
 		close:  func() error { return nil },
+		growth: ml.growth,
+		size:   func() (int64, error) { return ml.held.Load(), nil },
 	}, nil
 }
 
@@ -158,7 +230,7 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS, segSize int)
 		return nil, err
 	}
 
-	guard := &checkedLog{LogStore: w, dir: raftDir, failed: make(chan error, 1), grew: make(chan struct{}, 1)}
+	guard := &checkedLog{LogStore: w, dir: raftDir, failed: make(chan error, 1), growth: newGrowth()}
 	cached := newBoundedCache(guard)
 	fss, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, logger.Named("snapshot"))
 	if err != nil {
@@ -187,7 +259,8 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS, segSize int)
 		return closeErr
 	}
 	stable := &loudStable{StableStore: w, dir: raftDir, log: logger}
-	return &stores{log: cached, stable: stable, snaps: snaps, close: closeFn, failed: guard.failed, grew: guard.grew, checked: guard}, nil
+	return &stores{log: cached, stable: stable, snaps: snaps, close: closeFn, failed: guard.failed,
+		growth: guard.growth, size: func() (int64, error) { return segmentBytes(raftDir) }}, nil
 }
 
 // boundedCache keeps the most recent log entries in memory, as raft's
@@ -303,11 +376,7 @@ type checkedLog struct {
 	dir    string
 	once   sync.Once
 	failed chan error // capacity 1
-	// grew (capacity 1) is signalled each time written passes another
-	// step (default growStep) of entry data.
-	grew    chan struct{}
-	step    int64
-	written atomic.Int64
+	growth *growth    // told of every batch stored; may be nil
 }
 
 // entryMark starts the Extensions of a checksummed entry; the checksum
@@ -344,21 +413,8 @@ func (c *checkedLog) StoreLogs(ls []*raft.Log) error {
 		out[i] = &copies[i]
 	}
 	err := c.LogStore.StoreLogs(out)
-	if err == nil && c.grew != nil {
-		n := 0
-		for _, l := range ls {
-			n += len(l.Data)
-		}
-		step := c.step
-		if step <= 0 {
-			step = growStep
-		}
-		if w := c.written.Add(int64(n)); w/step != (w-int64(n))/step {
-			select {
-			case c.grew <- struct{}{}:
-			default:
-			}
-		}
+	if err == nil && c.growth != nil {
+		c.growth.add(ls)
 	}
 	if errors.Is(err, wal.ErrSealed) && c.failed != nil {
 		c.once.Do(func() {

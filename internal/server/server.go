@@ -222,9 +222,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.stores = st
 	s.stampBase = cfg.Clock.Now()
-	if st.checked != nil && cfg.LogSizeLimit > 0 {
+	if st.growth != nil && cfg.LogSizeLimit > 0 {
 		// Look at the log's size a few times per limit's worth of writes.
-		st.checked.step = min(growStep, cfg.LogSizeLimit/8)
+		st.growth.step = min(growStep, cfg.LogSizeLimit/8)
 	}
 
 	trans := cfg.Transport
@@ -300,7 +300,7 @@ func New(cfg Config) (*Server, error) {
 
 	s.wg.Add(1)
 	go s.monitorLeadership()
-	if cfg.DataDir != "" {
+	if st.growth != nil {
 		s.wg.Add(1)
 		go s.watchLogSize()
 	}
