@@ -259,6 +259,8 @@ func FuzzQueryDecode(f *testing.F) {
 		`{"Service":{"Service":"web","IgnoreCheckIDs":null,"Connect":false,"Peer":"","Failover":{"NearestN":3}}}`,
 		`{"Service":{"Service":"web","ServiceMeta":{"v":"1"}}}`, `{"Template":{"Type":"name_prefix_match"},"Service":{"Service":"w"}}`,
 		`{"Service":{"Service":""}}`, `{"Service":"web"}`, `{"Service":{"Service":"web"}} x`, `{"Session":"nope","Service":{"Service":"w"}}`,
+		`{"Service":{"Service":"w","Failover":{"Targets":[{"Datacenter":"dc2"},{"Peer":"p"}]}},"DNS":{"TTL":"10s"}}`,
+		`{"Service":{"Service":"w","Failover":{"NearestN":-1}},"DNS":{"TTL":"-1h"}}`, `{"ID":"x","Token":"<hidden>","Service":{"Service":"w"}}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -107,7 +107,10 @@ type route struct {
 // New returns the HTTP API over b. The handler is safe for concurrent use;
 // every request's context bounds the backend calls made for it.
 func New(b Backend, opts Options) http.Handler {
-	h := &handler{b: b, opts: opts.withDefaults(), noLeader: logsample.Sampler{Every: noLeaderEvery}}
+	h := &handler{b: b, opts: opts.withDefaults()}
+	h.noLeader = logsample.Sampler{Every: noLeaderEvery, Flush: func(n int) {
+		h.opts.Logger.Warn("refused requests: no cluster leader yet", "refused", n)
+	}}
 	h.handle("/v1/kv", true, "GET", h.kvGet, "PUT", h.kvPut, "DELETE", h.kvDelete)
 	h.handle("/v1/txn", false, "PUT", h.txn)
 	h.handle("/v1/fence", true, "GET", h.fence)

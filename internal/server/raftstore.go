@@ -512,10 +512,11 @@ func (r *timedReader) Close() error {
 // what it wrote.
 type tidySink struct {
 	raft.SnapshotSink
-	tmp   string
-	log   hclog.Logger
-	began time.Time
-	n     int64
+	tmp    string
+	log    hclog.Logger
+	began  time.Time
+	n      int64
+	closed bool
 }
 
 func (s *tidySink) Write(p []byte) (int, error) {
@@ -538,7 +539,11 @@ func (s *tidySink) Close() error {
 		s.removeTmp()
 		return err
 	}
-	s.log.Info("snapshot written", "id", s.ID(), "size", sizeText(s.n), "took", time.Since(s.began).Round(time.Millisecond))
+	if !s.closed {
+		// Said once: the state machine's Persist and raft each close it.
+		s.closed = true
+		s.log.Info("snapshot written", "id", s.ID(), "size", sizeText(s.n), "took", time.Since(s.began).Round(time.Millisecond))
+	}
 	return nil
 }
 

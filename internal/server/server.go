@@ -207,7 +207,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, clk: cfg.Clock, fsm: fsm.New(), shutdownCh: make(chan struct{}),
-		expiring: make(map[string]struct{}), started: time.Now(), expiredLog: logsample.Sampler{Every: expiredLogEvery}, logCheck: make(chan struct{}, 1)}
+		expiring: make(map[string]struct{}), started: time.Now(), logCheck: make(chan struct{}, 1)}
 	var (
 		st  *stores
 		err error
@@ -221,6 +221,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.stores = st
+	s.expiredLog = logsample.Sampler{Every: expiredLogEvery, Flush: func(n int) {
+		s.log.Info("sessions invalidated: their TTL lapsed", "count", n)
+	}}
 	s.stampBase = cfg.Clock.Now()
 	if st.growth != nil && cfg.LogSizeLimit > 0 {
 		// Look at the log's size a few times per limit's worth of writes.
