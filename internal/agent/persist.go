@@ -114,7 +114,8 @@ func (a *Agent) persist() error {
 	if err != nil {
 		a.log.Error("could not save the agent's registrations; a restart would lose the latest", "file", a.cfg.StateFile, "error", err)
 		return fmt.Errorf("the change is in the catalog, but the agent could not save it to %s (%v): "+
-			"a restart of the agent would undo it; fix the file's directory and make the same request again", a.cfg.StateFile, err)
+			"a restart of the agent would undo it; fix what the error names (a full disk, the directory's permissions, "+
+			"too many open files) and make the same request again", a.cfg.StateFile, err)
 	}
 	return nil
 }

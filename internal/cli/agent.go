@@ -20,6 +20,7 @@ import (
 	"github.com/holdfast/holdfast/internal/agent"
 	"github.com/holdfast/holdfast/internal/httpapi"
 	"github.com/holdfast/holdfast/internal/httpserve"
+	"github.com/holdfast/holdfast/internal/logsample"
 	"github.com/holdfast/holdfast/internal/server"
 )
 
@@ -118,6 +119,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		return &ExitError{Code: 1, Msg: fmt.Sprintf("agent: cannot listen for HTTP on %s: %v", *httpAddr, err)}
 	}
 	defer ln.Close()
+	ln = limitHTTPConns(ln, logger)
 
 	// The agent is made after the server it writes through; the server's
 	// hook finds it here once it exists.
@@ -234,6 +236,36 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		runErr = &ExitError{Code: 1, Msg: "agent: shutdown: " + err.Error()}
 	}
 	return runErr
+}
+
+// fdReserve is how many of its open-file limit the agent keeps from HTTP
+// clients for its own files and sockets: raft log segments (about ten at
+// the log's size bound), snapshots, the meta store, raft's and gossip's
+// sockets, and the sockets of the health checks it runs.
+const fdReserve = 128
+
+// limitHTTPConns caps the agent's HTTP connections below its open-file
+// limit (ulimit -n), fdReserve short of it (or at half of a limit too
+// small for that), and logs refusals once per 10 s. Clients that took
+// every descriptor stopped a server at its next log segment, and failed
+// its TCP checks, which took the sessions bound to them.
+func limitHTTPConns(ln net.Listener, logger hclog.Logger) net.Listener {
+	limit := openFileLimit()
+	if limit <= 0 {
+		return ln
+	}
+	most := max(limit-fdReserve, limit/2)
+	warn := func(open, refused int) {
+		logger.Warn(fmt.Sprintf("refusing HTTP connections: %d are open, the most this agent takes "+
+			"(its open-file limit, ulimit -n, is %d, and it keeps %d for its own files); "+
+			"raise the limit, or look for a client that leaks connections", open, limit, limit-most), "refused", refused)
+	}
+	sample := &logsample.Sampler{Every: 10 * time.Second, Flush: func(n int) { warn(most, n) }}
+	return httpserve.LimitConns(ln, most, func(open int) {
+		if n := sample.Note(time.Now()); n > 0 {
+			warn(open, n)
+		}
+	})
 }
 
 // readHeaderTimeout bounds the time a client may take to send a request

@@ -280,6 +280,7 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 		return &ExitError{Code: 1, Msg: fmt.Sprintf("agent: cannot listen for HTTP on %s: %v", o.httpAddr, err)}
 	}
 	defer ln.Close()
+	ln = limitHTTPConns(ln, o.logger)
 
 	gc := o.gossip.config(o.logger, map[string]string{"role": "client", "dc": o.datacenter, "http": ln.Addr().String()})
 	gc.Name = o.node

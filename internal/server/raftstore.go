@@ -419,8 +419,8 @@ func (c *checkedLog) StoreLogs(ls []*raft.Log) error {
 	if errors.Is(err, wal.ErrSealed) && c.failed != nil {
 		c.once.Do(func() {
 			c.failed <- fmt.Errorf("the raft log in %s could not start a new segment file (the \"rotate error\" logged above says why: "+
-				"a full disk, or a directory the agent may not write), and takes no more writes until it is opened again; "+
-				"make room or fix the permissions, and start the agent again: every acknowledged write is kept", c.dir)
+				"a full disk, a directory the agent may not write, or too many open files), and takes no more writes until it is opened again; "+
+				"make room, fix the permissions or raise the open-file limit (ulimit -n), and start the agent again: every acknowledged write is kept", c.dir)
 		})
 	}
 	return err
