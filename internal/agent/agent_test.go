@@ -7,9 +7,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -832,4 +834,65 @@ func TestResyncAfterNodeWasDeregistered(t *testing.T) {
 	if !got["register disk=critical"] || !got["register web-alive=critical"] {
 		t.Fatalf("writes at the TTL: %v", got)
 	}
+}
+
+// switchDialer dials for real until out is set, then fails as a process
+// out of file descriptors does.
+type switchDialer struct{ out atomic.Bool }
+
+func (d *switchDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if d.out.Load() {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: os.NewSyscallError("socket", syscall.EMFILE)}
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, network, addr)
+}
+
+// Finding (many-clients audit): with the agent out of file descriptors its
+// TCP check could not open a socket, went critical ("socket: too many
+// open files") and took the session bound to it, and the lock that
+// session held, while the checked service was up. A probe the agent
+// cannot make keeps the check's status.
+func TestCheckKeepsStatusWhenTheAgentIsOutOfDescriptors(t *testing.T) {
+	clk := clocktest.NewFake(epoch)
+	cat := newFakeCatalog(t, clk)
+	d := &switchDialer{}
+	ag := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, Dialer: d})
+	t.Cleanup(func() { ag.Close() })
+	e := &env{clk: clk, cat: cat, ag: ag}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	addr := ln.Addr().String()
+	if err := ag.RegisterCheck(ctx(), &state.CheckDefinition{Name: "db", TCP: addr, Interval: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	cat.expect(t, "register db=critical")
+	cat.expect(t, "register db=passing")
+	d.out.Store(true)
+	for i := 0; i < 3; i++ {
+		e.waiters(t, 1)
+		clk.Advance(5 * time.Second)
+	}
+	e.waiters(t, 1) // the third failed probe is through: the next one is armed
+	cat.quiet(t)
+	if c := cat.st.Check(node, "db"); c.Status != state.HealthPassing {
+		t.Fatalf("check %s while the agent was out of descriptors, want it kept passing: %q", c.Status, c.Output)
+	}
+	// A real failure still counts.
+	d.out.Store(false)
+	ln.Close()
+	clk.Advance(5 * time.Second)
+	cat.expect(t, "register db=critical")
 }

@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/holdfast/holdfast/internal/state"
 )
@@ -30,6 +32,9 @@ func (a *Agent) probe(ctx context.Context, def *state.CheckDefinition, kind chec
 		st = a.probeHTTP(pctx, def)
 	} else {
 		st = a.probeTCP(pctx, def)
+	}
+	if st.Status == noVerdict {
+		return st
 	}
 	if st.Status == state.HealthCritical && timedOut.Load() {
 		target := def.TCP
@@ -72,7 +77,7 @@ func (a *Agent) probeHTTP(ctx context.Context, def *state.CheckDefinition) check
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return checkStatus{state.HealthCritical, fmt.Sprintf("HTTP %s %s: %v", def.Method, def.HTTP, err)}
+		return failed(fmt.Sprintf("HTTP %s %s", def.Method, def.HTTP), err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, MaxOutput))
@@ -87,11 +92,22 @@ func (a *Agent) probeHTTP(ctx context.Context, def *state.CheckDefinition) check
 	}
 }
 
+// failed is the status of a probe of what that got err: critical, or no
+// verdict if err is this process running out of file descriptors (EMFILE,
+// or ENFILE for the whole system), which says nothing of the service.
+func failed(what string, err error) checkStatus {
+	out := fmt.Sprintf("%s: %v", what, err)
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		return checkStatus{noVerdict, out}
+	}
+	return checkStatus{state.HealthCritical, out}
+}
+
 // probeTCP: a connection made is passing, anything else critical.
 func (a *Agent) probeTCP(ctx context.Context, def *state.CheckDefinition) checkStatus {
 	conn, err := a.cfg.Dialer.DialContext(ctx, "tcp", def.TCP)
 	if err != nil {
-		return checkStatus{state.HealthCritical, fmt.Sprintf("TCP connect %s: %v", def.TCP, err)}
+		return failed("TCP connect "+def.TCP, err)
 	}
 	conn.Close()
 	return checkStatus{state.HealthPassing, fmt.Sprintf("TCP connect %s: Success", def.TCP)}

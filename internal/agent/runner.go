@@ -26,6 +26,12 @@ const writeTimeout = 10 * time.Second
 // checkStatus is a check's status and output.
 type checkStatus struct{ Status, Output string }
 
+// noVerdict is the Status of a probe that could not be made at all because
+// this process is out of file descriptors: the check keeps the status it
+// had. Reporting it critical would say the checked service failed when the
+// agent did, and invalidate the sessions bound to the check.
+const noVerdict = "no verdict"
+
 type updateReq struct {
 	st    checkStatus
 	reply chan error
@@ -132,6 +138,11 @@ func (r *runner) run() {
 				r.startProbe()
 			}
 		case st := <-r.results:
+			if st.Status == noVerdict {
+				r.a.log.Warn("a health check could not be run: the agent is out of file descriptors (raise ulimit -n); "+
+					"the check keeps its status", "error", st.Output)
+				st = r.status()
+			}
 			changed := st.Status != r.status().Status
 			r.set(st)
 			r.maybeSync()

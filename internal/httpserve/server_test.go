@@ -649,3 +649,28 @@ func TestLoneCRBeforeRequestRefused(t *testing.T) {
 		t.Fatalf("CRLF LF before the request: %d %q", resp.StatusCode, body)
 	}
 }
+
+// Finding (many-clients audit): a 5.6 MB answer written at once was copied
+// whole into the response's buffer and again into the chunk sent, so a
+// client that never read it held three copies (17 MB; 200 such clients,
+// 3.4 GB) where net/http's server holds one. It goes out in pieces of at
+// most streamAfter.
+func TestLargeWriteIsNotCopiedWhole(t *testing.T) {
+	big := bytes.Repeat([]byte("0123456789abcdef"), 5<<16) // 5 MiB
+	caps := make(chan [2]int, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write(big)
+		rw := w.(*response)
+		caps <- [2]int{cap(rw.buf), cap(rw.head)}
+	})
+	addr := start(t, &Server{Handler: h})
+	c := dial(t, addr)
+	c.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, body := c.read("GET"); body != string(big) {
+		t.Fatalf("%d bytes, want %d", len(body), len(big))
+	}
+	got := <-caps
+	if got[0] > 2*streamAfter || got[1] > 2*streamAfter+4096 {
+		t.Fatalf("buffers of %d and %d bytes after one write of %d: the body was copied whole", got[0], got[1], len(big))
+	}
+}
