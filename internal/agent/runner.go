@@ -140,7 +140,7 @@ func (r *runner) run() {
 		case st := <-r.results:
 			if st.Status == noVerdict {
 				r.a.log.Warn("a health check could not be run: the agent is out of file descriptors (raise ulimit -n); "+
-					"the check keeps its status", "error", st.Output)
+					"the check keeps its status", "check", r.def.ID, "error", st.Output)
 				st = r.status()
 			}
 			changed := st.Status != r.status().Status
