@@ -564,14 +564,16 @@ func TestHTTPCheckTimeout(t *testing.T) {
 	}
 }
 
-// A TCP check connects: a listener up is passing, gone is critical.
-func TestTCPCheckProbes(t *testing.T) {
-	e := newEnv(t)
+// closingListener listens on a free port of 127.0.0.1 and closes every
+// connection it accepts: a service a TCP check finds up. It is closed when
+// the test ends, or earlier by the test.
+func closingListener(t *testing.T) (net.Listener, string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -581,7 +583,13 @@ func TestTCPCheckProbes(t *testing.T) {
 			c.Close()
 		}
 	}()
-	addr := ln.Addr().String()
+	return ln, ln.Addr().String()
+}
+
+// A TCP check connects: a listener up is passing, gone is critical.
+func TestTCPCheckProbes(t *testing.T) {
+	e := newEnv(t)
+	ln, addr := closingListener(t)
 	if err := e.ag.RegisterCheck(ctx(), &state.CheckDefinition{Name: "db", TCP: addr, Interval: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -860,21 +868,7 @@ func TestCheckKeepsStatusWhenTheAgentIsOutOfDescriptors(t *testing.T) {
 	ag := agent.New(agent.Config{Node: node, Clock: clk, Catalog: cat, Dialer: d})
 	t.Cleanup(func() { ag.Close() })
 	e := &env{clk: clk, cat: cat, ag: ag}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	addr := ln.Addr().String()
+	ln, addr := closingListener(t)
 	if err := ag.RegisterCheck(ctx(), &state.CheckDefinition{Name: "db", TCP: addr, Interval: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}

@@ -469,7 +469,8 @@ func (t *tidySnapshots) Create(version raft.SnapshotVersion, index, term uint64,
 	if err != nil {
 		return nil, err
 	}
-	return &tidySink{SnapshotSink: sink, tmp: filepath.Join(t.dir, sink.ID()+".tmp"), log: t.log, began: time.Now()}, nil
+	return &tidySink{SnapshotSink: sink, tmp: filepath.Join(t.dir, sink.ID()+".tmp"),
+		snapTransfer: snapTransfer{log: t.log, what: "snapshot written", id: sink.ID(), began: time.Now()}}, nil
 }
 
 // Open opens a snapshot to restore, and says when it has been read how
@@ -480,16 +481,32 @@ func (t *tidySnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, erro
 	if err != nil {
 		return meta, rc, err
 	}
-	return meta, &timedReader{ReadCloser: rc, id: id, log: t.log, began: time.Now()}, nil
+	return meta, &timedReader{ReadCloser: rc, snapTransfer: snapTransfer{log: t.log, what: "snapshot read", id: id, began: time.Now()}}, nil
+}
+
+// snapTransfer counts the bytes of a snapshot written or read, and says
+// once how many and how long it took: raft's own lines give neither, and a
+// large state takes seconds. raft and the state machine each close a
+// snapshot, so the second close says nothing.
+type snapTransfer struct {
+	log   hclog.Logger
+	what  string // "snapshot written" or "snapshot read"
+	id    string
+	began time.Time
+	n     int64
+	said  bool
+}
+
+func (t *snapTransfer) say() {
+	if !t.said {
+		t.said = true
+		t.log.Info(t.what, "id", t.id, "size", sizeText(t.n), "took", time.Since(t.began).Round(time.Millisecond))
+	}
 }
 
 type timedReader struct {
 	io.ReadCloser
-	id     string
-	log    hclog.Logger
-	began  time.Time
-	n      int64
-	closed bool
+	snapTransfer
 }
 
 func (r *timedReader) Read(p []byte) (int, error) {
@@ -498,13 +515,8 @@ func (r *timedReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close closes the snapshot; the line is said once, although raft and the
-// state machine's Restore each close it.
 func (r *timedReader) Close() error {
-	if !r.closed {
-		r.closed = true
-		r.log.Info("snapshot read", "id", r.id, "size", sizeText(r.n), "took", time.Since(r.began).Round(time.Millisecond))
-	}
+	r.say()
 	return r.ReadCloser.Close()
 }
 
@@ -512,11 +524,8 @@ func (r *timedReader) Close() error {
 // what it wrote.
 type tidySink struct {
 	raft.SnapshotSink
-	tmp    string
-	log    hclog.Logger
-	began  time.Time
-	n      int64
-	closed bool
+	tmp string
+	snapTransfer
 }
 
 func (s *tidySink) Write(p []byte) (int, error) {
@@ -539,11 +548,7 @@ func (s *tidySink) Close() error {
 		s.removeTmp()
 		return err
 	}
-	if !s.closed {
-		// Said once: the state machine's Persist and raft each close it.
-		s.closed = true
-		s.log.Info("snapshot written", "id", s.ID(), "size", sizeText(s.n), "took", time.Since(s.began).Round(time.Millisecond))
-	}
+	s.say()
 	return nil
 }
 
