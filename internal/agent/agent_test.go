@@ -875,11 +875,18 @@ func TestCheckKeepsStatusWhenTheAgentIsOutOfDescriptors(t *testing.T) {
 	cat.expect(t, "register db=critical")
 	cat.expect(t, "register db=passing")
 	d.out.Store(true)
+	// The probe in flight holds a timer for its timeout too: wait until
+	// it is through and the only timer is the next probe's.
+	nextProbe := func() {
+		e.timersUntil(t, "waiting for the next probe to be armed", func(now time.Time, due []time.Time) bool {
+			return len(due) == 1 && due[0].Equal(now.Add(5*time.Second))
+		})
+	}
 	for i := 0; i < 3; i++ {
-		e.waiters(t, 1)
+		nextProbe()
 		clk.Advance(5 * time.Second)
 	}
-	e.waiters(t, 1) // the third failed probe is through: the next one is armed
+	nextProbe() // the third failed probe is through
 	cat.quiet(t)
 	if c := cat.st.Check(node, "db"); c.Status != state.HealthPassing {
 		t.Fatalf("check %s while the agent was out of descriptors, want it kept passing: %q", c.Status, c.Output)

@@ -214,7 +214,8 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	}
 	fmt.Fprintf(stdio.Out, "holdfast agent running\n  node:    %s\n  http:    http://%s\n  raft:    %s\n  gossip:  %s\n  storage: %s\n",
 		srv.NodeName(), ln.Addr(), *raftAddr, srv.Gossip().Addr(), storage)
-	fatal := startJoin(ctx, srv.Gossip(), gopts.joins, logger)
+	fatal := make(chan error, 1) // the name is taken
+	startJoin(ctx, srv.Gossip(), gopts.joins, logger, fatal)
 
 	var runErr error
 	select {

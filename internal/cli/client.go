@@ -116,12 +116,11 @@ func (o gossipOptions) config(logger hclog.Logger, tags map[string]string) *goss
 // agent any more, and would otherwise deregister its node, and drop its
 // sessions, though it lives.
 //
-// The channel it returns delivers the error that must stop the agent: a
+// It sends on taken, if it is empty, the error that must stop the agent: a
 // member of the pool already uses this agent's name.
-func startJoin(ctx context.Context, pool *gossip.Pool, joins []string, logger hclog.Logger) <-chan error {
-	fatal := make(chan error, 1)
+func startJoin(ctx context.Context, pool *gossip.Pool, joins []string, logger hclog.Logger, taken chan<- error) {
 	if len(joins) == 0 {
-		return fatal
+		return
 	}
 	go func() {
 		n, err := pool.RetryJoin(ctx, joins, joinRetryFirst, joinRetryMax)
@@ -129,7 +128,10 @@ func startJoin(ctx context.Context, pool *gossip.Pool, joins []string, logger hc
 			var nc *gossip.NameConflictError
 			switch {
 			case errors.As(err, &nc):
-				fatal <- err
+				select {
+				case taken <- err:
+				default: // guardName found it first
+				}
 			case !errors.Is(err, context.Canceled) && !errors.Is(err, gossip.ErrShutdown):
 				logger.Error("giving up joining the gossip pool", "error", err)
 			}
@@ -138,7 +140,6 @@ func startJoin(ctx context.Context, pool *gossip.Pool, joins []string, logger hc
 		logger.Info("joined the gossip pool", "agents_contacted", n)
 		keepJoined(ctx, pool, joins, clock.Real(), logger)
 	}()
-	return fatal
 }
 
 // keepJoined joins the -join addresses again whenever, at a look every
@@ -330,8 +331,9 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 
 	jctx, stopJoin := context.WithCancel(ctx)
 	defer stopJoin()
-	fatal := startJoin(jctx, pool, o.gossip.joins, o.logger)
+	// The name is taken: found when joining, or later (guardName).
 	nameTaken := make(chan error, 1)
+	startJoin(jctx, pool, o.gossip.joins, o.logger, nameTaken)
 	go c.guardName(jctx, pool, clock.Real(), nameTaken)
 	settled := make(chan struct{})
 	go func() {
@@ -355,8 +357,6 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 		fmt.Fprintln(stdio.Out, "holdfast agent shutting down")
 	case err := <-errc:
 		runErr = &ExitError{Code: 1, Msg: "agent: HTTP server stopped: " + err.Error()}
-	case err := <-fatal: // the name is taken (see startJoin)
-		runErr, nameTakenErr = &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "gossip: ")}, true
 	case err := <-nameTaken:
 		runErr, nameTakenErr = &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "gossip: ")}, true
 	}

@@ -146,11 +146,7 @@ func (h *handler) refuseNameAliasingID(q *state.PreparedQuery) error {
 	if q.Name == "" || strings.EqualFold(q.Name, q.ID) {
 		return nil
 	}
-	id := q.Name
-	if isUUID(id) {
-		id = strings.ToLower(id)
-	}
-	if _, other := h.b.State().QueryGet(nil, id); other != nil {
+	if _, other := h.b.State().QueryGet(nil, foldID(q.Name)); other != nil {
 		return invalidf("Name '%s' aliases an existing query ID", q.Name)
 	}
 	return nil
@@ -193,10 +189,16 @@ func (h *handler) queryList(w http.ResponseWriter, r *http.Request, _ string) er
 // parses them, holdfast finds a query whatever the case of its ID.
 func queryID(arg string) (id, action string) {
 	id, action, _ = strings.Cut(arg, "/")
-	if isUUID(id) {
-		id = strings.ToLower(id)
+	return foldID(id), action
+}
+
+// foldID is s in lower case if it has the form of a UUID (see queryID),
+// else s.
+func foldID(s string) string {
+	if isUUID(s) {
+		return strings.ToLower(s)
 	}
-	return id, action
+	return s
 }
 
 // isUUID reports whether s has the form of a UUID: 36 characters, hex

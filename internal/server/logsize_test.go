@@ -167,7 +167,7 @@ func TestLogSizeLimitInMemory(t *testing.T) {
 // back from the store.
 func TestBoundedCacheSkipsLargeEntries(t *testing.T) {
 	mem := raft.NewInmemStore()
-	c := newBoundedCache(mem)
+	c := newBoundedCache(mem, newGrowth())
 	small := &raft.Log{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("small")}
 	big := &raft.Log{Index: 2, Term: 1, Type: raft.LogCommand, Data: make([]byte, maxCachedEntry+1)}
 	if err := c.StoreLogs([]*raft.Log{small, big}); err != nil {

@@ -109,8 +109,7 @@ func (g *growth) add(ls []*raft.Log) {
 // gigabytes of memory until raft's entry counts came round.
 type memLog struct {
 	*raft.InmemStore
-	held   atomic.Int64
-	growth *growth
+	held atomic.Int64
 }
 
 func (m *memLog) StoreLog(l *raft.Log) error { return m.StoreLogs([]*raft.Log{l}) }
@@ -122,7 +121,6 @@ func (m *memLog) StoreLogs(ls []*raft.Log) error {
 	for _, l := range ls {
 		m.held.Add(int64(len(l.Data)))
 	}
-	m.growth.add(ls)
 	return nil
 }
 
@@ -165,16 +163,16 @@ func openStores(dir string, logger hclog.Logger) (*stores, error) {
 
 func openInmemStores() (*stores, error) {
 	mem := raft.NewInmemStore()
-	ml := &memLog{InmemStore: mem, growth: newGrowth()}
+	ml := &memLog{InmemStore: mem}
 	// The cache adds nothing to an in-memory store, but keeping it means -dev
 	// and the tests exercise the same LogStore stack as a real server.
-	cached := newBoundedCache(ml)
+	cached := newBoundedCache(ml, newGrowth())
 	return &stores{
 		log:    cached,
 		stable: mem,
 		snaps:  raft.NewInmemSnapshotStore(),
 		close:  func() error { return nil },
-		growth: ml.growth,
+		growth: cached.growth,
 		size:   func() (int64, error) { return ml.held.Load(), nil },
 	}, nil
 }
@@ -230,8 +228,8 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS, segSize int)
 		return nil, err
 	}
 
-	guard := &checkedLog{LogStore: w, dir: raftDir, failed: make(chan error, 1), growth: newGrowth()}
-	cached := newBoundedCache(guard)
+	guard := &checkedLog{LogStore: w, dir: raftDir, failed: make(chan error, 1)}
+	cached := newBoundedCache(guard, newGrowth())
 	fss, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, logger.Named("snapshot"))
 	if err != nil {
 		return fail(fmt.Errorf("server: open raft snapshots in %s: %w", dir, err))
@@ -260,22 +258,25 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS, segSize int)
 	}
 	stable := &loudStable{StableStore: w, dir: raftDir, log: logger}
 	return &stores{log: cached, stable: stable, snaps: snaps, close: closeFn, failed: guard.failed,
-		growth: guard.growth, size: func() (int64, error) { return segmentBytes(raftDir) }}, nil
+		growth: cached.growth, size: func() (int64, error) { return segmentBytes(raftDir) }}, nil
 }
 
 // boundedCache keeps the most recent log entries in memory, as raft's
 // LogCache does, in a ring indexed by entry index, but not an entry bigger
 // than maxCachedEntry: raft's cache held its last 512 entries whatever
 // their size, so after a burst of 512 KiB values it kept 256 MiB alive
-// until 512 newer writes came, long after the keys were deleted.
+// until 512 newer writes came, long after the keys were deleted. It also
+// tells growth of every batch stored, for the disk log and the in-memory
+// one alike.
 type boundedCache struct {
 	raft.LogStore
-	mu   sync.RWMutex
-	ring []*raft.Log
+	mu     sync.RWMutex
+	ring   []*raft.Log
+	growth *growth
 }
 
-func newBoundedCache(store raft.LogStore) *boundedCache {
-	return &boundedCache{LogStore: store, ring: make([]*raft.Log, logCacheSize)}
+func newBoundedCache(store raft.LogStore, g *growth) *boundedCache {
+	return &boundedCache{LogStore: store, ring: make([]*raft.Log, logCacheSize), growth: g}
 }
 
 func (c *boundedCache) slot(index uint64) **raft.Log { return &c.ring[index%uint64(len(c.ring))] }
@@ -309,6 +310,7 @@ func (c *boundedCache) StoreLogs(ls []*raft.Log) error {
 		}
 	}
 	c.mu.Unlock()
+	c.growth.add(ls)
 	return nil
 }
 
@@ -321,9 +323,15 @@ func (c *boundedCache) DeleteRange(min, max uint64) error {
 	return c.LogStore.DeleteRange(min, max)
 }
 
-// IsMonotonic passes the store's answer through (see checkedLog's).
-func (c *boundedCache) IsMonotonic() bool {
-	m, ok := c.LogStore.(raft.MonotonicLogStore)
+// IsMonotonic passes the store's answer through (see monotonic).
+func (c *boundedCache) IsMonotonic() bool { return monotonic(c.LogStore) }
+
+// monotonic is the answer of store, if it gives one, to raft's question
+// whether it is monotonic: raft deletes the whole log after restoring a
+// snapshot only from a store that says so (raft-wal does), and each
+// wrapper of the log store passes the answer through.
+func monotonic(store raft.LogStore) bool {
+	m, ok := store.(raft.MonotonicLogStore)
 	return ok && m.IsMonotonic()
 }
 
@@ -376,7 +384,6 @@ type checkedLog struct {
 	dir    string
 	once   sync.Once
 	failed chan error // capacity 1
-	growth *growth    // told of every batch stored; may be nil
 }
 
 // entryMark starts the Extensions of a checksummed entry; the checksum
@@ -413,9 +420,6 @@ func (c *checkedLog) StoreLogs(ls []*raft.Log) error {
 		out[i] = &copies[i]
 	}
 	err := c.LogStore.StoreLogs(out)
-	if err == nil && c.growth != nil {
-		c.growth.add(ls)
-	}
 	if errors.Is(err, wal.ErrSealed) && c.failed != nil {
 		c.once.Do(func() {
 			c.failed <- fmt.Errorf("the raft log in %s could not start a new segment file (the \"rotate error\" logged above says why: "+
@@ -445,12 +449,8 @@ func (c *checkedLog) GetLog(index uint64, l *raft.Log) error {
 	return nil
 }
 
-// IsMonotonic passes raft-wal's answer through: raft deletes the whole log
-// after restoring a snapshot only from a store that says it is monotonic.
-func (c *checkedLog) IsMonotonic() bool {
-	m, ok := c.LogStore.(raft.MonotonicLogStore)
-	return ok && m.IsMonotonic()
-}
+// IsMonotonic passes raft-wal's answer through (see monotonic).
+func (c *checkedLog) IsMonotonic() bool { return monotonic(c.LogStore) }
 
 // tidySnapshots is raft's file snapshot store, except that a snapshot
 // that fails part-way (a full disk) does not leave its unfinished copy
