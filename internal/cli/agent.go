@@ -214,6 +214,8 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	}
 	fmt.Fprintf(stdio.Out, "holdfast agent running\n  node:    %s\n  http:    http://%s\n  raft:    %s\n  gossip:  %s\n  storage: %s\n",
 		srv.NodeName(), ln.Addr(), *raftAddr, srv.Gossip().Addr(), storage)
+	warnExposed(logger, listener{"http", ln.Addr().String()}, listener{"raft", *raftAddr},
+		listener{"gossip", srv.Gossip().Addr()}, listener{"debug", *debugAddr})
 	fatal := make(chan error, 1) // the name is taken
 	startJoin(ctx, srv.Gossip(), gopts.joins, logger, fatal)
 

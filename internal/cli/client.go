@@ -329,6 +329,7 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 
+	warnExposed(o.logger, listener{"http", ln.Addr().String()}, listener{"gossip", pool.Addr()})
 	jctx, stopJoin := context.WithCancel(ctx)
 	defer stopJoin()
 	// The name is taken: found when joining, or later (guardName).
