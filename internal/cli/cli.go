@@ -57,11 +57,12 @@ type command struct {
 
 // commands is the dispatch table; each command group lives in its own file.
 var commands = map[string]command{
-	"agent":   {"Run a holdfast agent (a server, or with -server=false a client)", runAgent},
-	"kv":      {"Interact with the key/value store", runKV},
-	"lock":    {"Execute a command holding a lock", runLock},
-	"members": {"List the agents of the gossip pool and their status", runMembers},
-	"session": {"Create, inspect, renew and destroy sessions", runSession},
+	"agent":    {"Run a holdfast agent (a server, or with -server=false a client)", runAgent},
+	"kv":       {"Interact with the key/value store", runKV},
+	"lock":     {"Execute a command holding a lock", runLock},
+	"members":  {"List the agents of the gossip pool and their status", runMembers},
+	"session":  {"Create, inspect, renew and destroy sessions", runSession},
+	"snapshot": {"Save, restore and inspect snapshots of the server's state", runSnapshot},
 }
 
 // Run executes the command named by args[0] (args excludes the program name).

@@ -73,3 +73,7 @@ type Backend interface {
 // trouble (no leader, shutting down); they map to 500 so that clients that
 // retry on 500 (as Consul's do) retry.
 type Temporary interface{ Temporary() bool }
+
+// BadInput is implemented by backend errors that say the request's own
+// content was wrong (a damaged snapshot archive): 400, not to be retried.
+type BadInput interface{ BadInput() bool }

@@ -106,6 +106,10 @@ func KindOf(err error) Kind {
 			return KindNotFound
 		}
 	}
+	var bi BadInput
+	if errors.As(err, &bi) && bi.BadInput() {
+		return KindInvalid
+	}
 	var t Temporary
 	if errors.As(err, &t) && t.Temporary() {
 		return KindUnavailable

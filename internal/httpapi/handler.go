@@ -113,6 +113,7 @@ func New(b Backend, opts Options) http.Handler {
 	}}
 	h.handle("/v1/kv", true, "GET", h.kvGet, "PUT", h.kvPut, "DELETE", h.kvDelete)
 	h.handle("/v1/txn", false, "PUT", h.txn)
+	h.handle("/v1/snapshot", false, "GET", h.snapshotSave, "PUT", h.snapshotRestore)
 	h.handle("/v1/fence", true, "GET", h.fence)
 
 	h.handle("/v1/session/create", false, "PUT", h.sessionCreate)

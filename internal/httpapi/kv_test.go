@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
@@ -395,11 +396,25 @@ func TestErrorTable(t *testing.T) {
 		{state.ErrInvalidSession, 400}, {state.ErrMissingNode, 400}, {state.ErrMissingCheck, 400},
 		{state.ErrCriticalCheck, 400}, {state.ErrQueryNotFound, 404}, {state.ErrSessionNotFound, 404},
 		{tempErr{"No cluster leader"}, 500}, {errTrailing, 400}, {strconvErr(), 500},
+		{fmt.Errorf("wrapped: %w", badInputErr{}), 400},
 	} {
 		if got := StatusOf(c.err); got != c.code {
 			t.Errorf("StatusOf(%v) = %d, want %d", c.err, got, c.code)
 		}
 	}
+}
+
+type badInputErr struct{}
+
+func (badInputErr) Error() string  { return "the archive is damaged" }
+func (badInputErr) BadInput() bool { return true }
+
+// A backend that keeps no snapshots says so at /v1/snapshot.
+func TestSnapshotNotServed(t *testing.T) {
+	e := newEnv(t)
+	e.do("GET", "/v1/snapshot", "").want(t, 501, "this agent takes no snapshots")
+	e.do("PUT", "/v1/snapshot", "x").want(t, 501, "this agent takes no snapshots")
+	e.do("DELETE", "/v1/snapshot", "").want(t, 405, "method DELETE not allowed")
 }
 
 func strconvErr() error { _, err := strconv.Atoi("x"); return err }

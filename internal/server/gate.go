@@ -49,6 +49,8 @@ type applyGate struct {
 	// closed when the batch in raft is through.
 	closed  bool
 	drained chan struct{}
+	// holders wait, in order, for the baton outside any batch (see hold).
+	holders []chan struct{}
 }
 
 // gatedCommand is a command waiting for the next batch.
@@ -88,6 +90,13 @@ func (g *applyGate) enter(r applier, cmd []byte) (raft.ApplyFuture, bool) {
 // the gate.
 func (g *applyGate) pass(r applier) {
 	g.mu.Lock()
+	if len(g.holders) > 0 {
+		h := g.holders[0]
+		g.holders = g.holders[1:]
+		g.mu.Unlock()
+		close(h) // the gate stays busy: the holder has the baton
+		return
+	}
 	n := len(g.waiting)
 	if n == 0 {
 		g.busy = false
@@ -118,6 +127,29 @@ func (g *applyGate) pass(r applier) {
 	for _, w := range batch {
 		close(w.in)
 	}
+}
+
+// hold takes the baton outside any batch: it waits until the batch in
+// raft, if any, is through, and from then on every command waits until the
+// caller calls pass. A restore of a backup uses it, so that no write is in
+// raft or the state machine while it reads the state it replaces. It
+// refuses (ErrRaftShutdown) once the gate is closed.
+func (g *applyGate) hold() error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return raft.ErrRaftShutdown
+	}
+	if !g.busy {
+		g.busy = true
+		g.mu.Unlock()
+		return nil
+	}
+	ready := make(chan struct{})
+	g.holders = append(g.holders, ready)
+	g.mu.Unlock()
+	<-ready
+	return nil
 }
 
 // close refuses every command from now on, the waiting ones included, and

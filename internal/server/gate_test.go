@@ -389,3 +389,55 @@ func TestApplyGateClose(t *testing.T) {
 		t.Fatal("an idle closed gate is not drained")
 	}
 }
+
+// hold waits for the batch in raft to be through, takes the baton ahead of
+// the commands waiting, keeps every command out until pass, and then lets
+// the waiting ones in as the next batch.
+func TestApplyGateHold(t *testing.T) {
+	var g applyGate
+	r := &recordingApplier{}
+	errs := aInRaftBWaiting(t, &g, r)
+	held := make(chan error, 1)
+	go func() { held <- g.hold() }()
+	waitFor(t, "hold waiting", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.holders) == 1 })
+	select {
+	case <-held:
+		t.Fatal("hold returned while a was in raft")
+	default:
+	}
+
+	close(r.at(0).done) // a is through: the baton goes to the holder, not to b
+	if err := receive(t, "a's answer", errs); err != nil {
+		t.Fatalf("a: %v", err)
+	}
+	if err := receive(t, "hold", held); err != nil {
+		t.Fatalf("hold: %v", err)
+	}
+	cErr := make(chan error, 1)
+	go func() { _, err := gatedCall(&g, r, "c"); cErr <- err }()
+	waitFor(t, "c waiting", func() bool { return g.waitingLen() == 2 })
+	if n := r.count(); n != 1 {
+		t.Fatalf("%d commands in raft while the gate was held, want 1", n)
+	}
+
+	g.pass(r) // the holder is done: b and c go in together
+	waitFor(t, "b and c applied", func() bool { return r.count() == 3 })
+	close(r.at(1).done)
+	close(r.at(2).done)
+	if err := receive(t, "b's answer", errs); err != nil {
+		t.Fatalf("b: %v", err)
+	}
+	if err := receive(t, "c's answer", cErr); err != nil {
+		t.Fatalf("c: %v", err)
+	}
+
+	// An idle gate is held at once; a closed one refuses.
+	if err := g.hold(); err != nil {
+		t.Fatal(err)
+	}
+	g.pass(r)
+	g.close()
+	if err := g.hold(); !errors.Is(err, raft.ErrRaftShutdown) {
+		t.Fatalf("hold on a closed gate: %v", err)
+	}
+}

@@ -149,7 +149,17 @@ func newObj(table string) (interface{}, error) {
 }
 
 // Restore reads a snapshot written by Persist into a new Store.
-func Restore(r io.Reader) (*Store, error) {
+func Restore(r io.Reader) (*Store, error) { return RestoreAbove(r, 0) }
+
+// RestoreAbove reads a snapshot as Restore does, for a store that has
+// already handed out LockIndexes up to floor (its LockHighWater): the
+// backup an operator restores over live state. Every key the snapshot has
+// locked at least once, at a LockIndex of floor or less, comes back at
+// floor+1 (held or not), and the table's LockFloor is at least floor, so
+// no acquisition after the restore repeats a (Key, LockIndex) handed out
+// before it: a fencing token taken from the live state is never valid
+// again for a different holding. Keys never locked keep a LockIndex of 0.
+func RestoreAbove(r io.Reader, floor uint64) (*Store, error) {
 	dec := json.NewDecoder(bufio.NewReaderSize(r, 1<<16))
 	var hdr struct{ Version int }
 	if err := dec.Decode(&hdr); err != nil {
@@ -190,6 +200,9 @@ func Restore(r io.Reader) (*Store, error) {
 		case *Session:
 			err = restoreSession(tx, o)
 		case *DirEntry:
+			if o.LockIndex != 0 && o.LockIndex <= floor {
+				o.LockIndex = floor + 1
+			}
 			err = restoreKV(&kv, o, own)
 		case *tombstone:
 			kv.Graves = kv.Graves.withOwned(o, own)
@@ -206,6 +219,7 @@ func Restore(r io.Reader) (*Store, error) {
 			return nil, fmt.Errorf("state: restoring %s: %w", rec.T, err)
 		}
 	}
+	kv.LockFloor = max(kv.LockFloor, floor)
 	if kv.Entries.Len() > 0 || kv.Graves.Len() > 0 || kv.Index != 0 || kv.LockFloor != 0 {
 		must(tx.Insert(tabKVs, &kv))
 	}
@@ -261,4 +275,18 @@ func (tx *wtx) reap(upTo uint64) {
 	for _, d := range ended {
 		must(tx.Delete(tabDelays, d))
 	}
+}
+
+// LockHighWater is the highest LockIndex this store has handed out that
+// it still knows of: its keys' own and the LockFloor its deleted keys
+// left. RestoreAbove takes it as the floor for a backup restored over the
+// store.
+func (s *Store) LockHighWater() uint64 {
+	kv := kvTableOf(s.db.Txn(false))
+	hw := kv.LockFloor
+	kv.Entries.each(func(e *DirEntry) bool {
+		hw = max(hw, e.LockIndex)
+		return true
+	})
+	return hw
 }

@@ -229,3 +229,69 @@ func TestRestoreSnapshotWithSessionChecks(t *testing.T) {
 		t.Fatal("a new snapshot still writes session_checks records")
 	}
 }
+
+// A backup restored over live state never hands back a LockIndex the live
+// state gave: locked keys come back above the live high-water mark, keys
+// never locked stay at 0, and a key first locked after the restore counts
+// on from the mark.
+func TestRestoreAboveLiveLockIndexes(t *testing.T) {
+	f := newFx(t)
+	f.session("s1", nil)
+	f.lock("held", "s1", "v")                                                   // LockIndex 1, held
+	f.lock("free", "s1", "v")                                                   // LockIndex 1
+	f.mustKVS(state.OpUnlock, state.DirEntry{Key: "free", Session: "s1"}, true) // released
+	f.set("plain", "p")
+	var backup bytes.Buffer
+	if err := f.s.Snapshot().Persist(&backup); err != nil {
+		t.Fatal(err)
+	}
+
+	// The live state goes on: "free" is locked and released 5 more times,
+	// and a key locked 9 times is deleted.
+	for i := 0; i < 5; i++ {
+		f.lock("free", "s1", "v")
+		f.mustKVS(state.OpUnlock, state.DirEntry{Key: "free", Session: "s1"}, true)
+	}
+	for i := 0; i < 9; i++ {
+		f.lock("gone/1", "s1", "v")
+		f.mustKVS(state.OpUnlock, state.DirEntry{Key: "gone/1", Session: "s1"}, true)
+	}
+	f.mustKVS(state.OpDelete, state.DirEntry{Key: "gone/1"}, true)
+	hw := f.s.LockHighWater()
+	if hw != 9 {
+		t.Fatalf("LockHighWater = %d, want 9 (the deleted key's)", hw)
+	}
+
+	plain, err := state.Restore(bytes.NewReader(backup.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, e := plain.KVGet(nil, "free"); e.LockIndex != 1 {
+		t.Fatalf("plain Restore changed a LockIndex: %+v", e)
+	}
+
+	s, err := state.RestoreAbove(bytes.NewReader(backup.Bytes()), hw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]uint64{"held": 10, "free": 10, "plain": 0} {
+		if _, e := s.KVGet(nil, key); e == nil || e.LockIndex != want {
+			t.Fatalf("%s after RestoreAbove(%d) = %+v, want LockIndex %d", key, hw, e, want)
+		}
+	}
+	if _, e := s.KVGet(nil, "held"); e.Session != "s1" || string(e.Value) != "v" {
+		t.Fatalf("held after restore = %+v, want still held by s1 with its value", e)
+	}
+	if got := s.LockHighWater(); got != 10 {
+		t.Fatalf("restored LockHighWater = %d, want 10", got)
+	}
+	g := &fx{t: t, s: s, idx: 1000, now: t0}
+	g.lock("free", "s1", "v")
+	g.lock("plain", "s1", "v")
+	g.lock("new", "s1", "v")
+	for key, want := range map[string]uint64{"free": 11, "plain": 10, "new": 10} {
+		if e := g.get(key); e.LockIndex != want {
+			t.Fatalf("%s acquired after the restore: LockIndex %d, want %d (above the live state's %d)", key, e.LockIndex, want, hw)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package server
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// tarGz builds a gzipped tar of the given files, in order, with no checks.
+func tarGz(t testing.TB, files ...[2]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for _, f := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: f[0], Mode: 0o600, Size: int64(len(f[1])), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(f[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func sumLine(name, body string) string { return fmt.Sprintf("%x  %s\n", sha256.Sum256([]byte(body)), name) }
+
+func validArchive(t testing.TB, st string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	meta := ArchiveMeta{ID: "2-9-1", Size: int64(len(st)), Index: 9, Term: 2, Version: 1}
+	if err := WriteArchive(&buf, meta, strings.NewReader(st)); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestArchiveRoundTrip(t *testing.T) {
+	st := `{"Version":1}` + "\n"
+	meta, got, err := ReadArchive(bytes.NewReader(validArchive(t, st)))
+	want := ArchiveMeta{Format: archiveFormat, ID: "2-9-1", Size: int64(len(st)), Index: 9, Term: 2, Version: 1}
+	if err != nil || meta != want || string(got) != st {
+		t.Fatalf("ReadArchive = %+v, %q, %v; want %+v, %q", meta, got, err, want, st)
+	}
+	// A state of another size than the meta says is not written.
+	err = WriteArchive(&bytes.Buffer{}, ArchiveMeta{Size: 3}, strings.NewReader("four"))
+	if err == nil {
+		t.Fatal("WriteArchive wrote a state longer than its meta's Size")
+	}
+}
+
+// Each way an archive can be wrong gets its own sentence.
+func TestReadArchiveRefusals(t *testing.T) {
+	st := `{"Version":1}` + "\n"
+	meta := fmt.Sprintf(`{"Format":%q,"ID":"x","Size":%d,"Index":1,"Term":1,"Version":1}`, archiveFormat, len(st))
+	sums := sumLine(archiveMetaName, meta) + sumLine(archiveStateName, st)
+	consulMeta := `{"ID":"2-5-1","Size":667,"Index":5,"Term":2,"Version":1}`
+	for _, c := range []struct {
+		name  string
+		files [][2]string
+		want  string
+	}{
+		{"extra file", [][2]string{{archiveMetaName, meta}, {archiveStateName, st}, {"x", ""}, {archiveSumsName, sums}}, `holds "x"`},
+		{"twice", [][2]string{{archiveMetaName, meta}, {archiveMetaName, meta}}, "holds meta.json twice"},
+		{"no sums", [][2]string{{archiveMetaName, meta}, {archiveStateName, st}}, "has no SHA256SUMS"},
+		{"wrong sum", [][2]string{{archiveMetaName, meta}, {archiveStateName, st + " "}, {archiveSumsName, sums}}, "state.bin does not match its SHA-256"},
+		{"unlisted", [][2]string{{archiveMetaName, meta}, {archiveStateName, st}, {archiveSumsName, sumLine(archiveMetaName, meta)}}, "does not list every file"},
+		{"bad line", [][2]string{{archiveMetaName, meta}, {archiveStateName, st}, {archiveSumsName, sums + "junk\n"}}, `"junk"`},
+		{"Consul's", [][2]string{{archiveMetaName, consulMeta}, {archiveStateName, st},
+			{archiveSumsName, sumLine(archiveMetaName, consulMeta) + sumLine(archiveStateName, st)}}, "was it taken from Consul?"},
+		{"size", [][2]string{{archiveMetaName, strings.Replace(meta, `"Size":14`, `"Size":15`, 1)}, {archiveStateName, st},
+			{archiveSumsName, sumLine(archiveMetaName, strings.Replace(meta, `"Size":14`, `"Size":15`, 1)) + sumLine(archiveStateName, st)}}, "is 14 bytes where meta.json says 15"},
+	} {
+		_, _, err := ReadArchive(bytes.NewReader(tarGz(t, c.files...)))
+		var ae *ArchiveError
+		if !errors.As(err, &ae) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want an ArchiveError saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+// ReadArchive never panics, refuses with an ArchiveError, and what it
+// accepts is written back the same by WriteArchive.
+func FuzzReadArchive(f *testing.F) {
+	f.Add(validArchive(f, `{"Version":1}`+"\n"))
+	f.Add(validArchive(f, ""))
+	f.Add([]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff})
+	f.Add(tarGz(f, [2]string{archiveMetaName, "{}"}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		meta, st, err := ReadArchive(bytes.NewReader(b))
+		if err != nil {
+			var ae *ArchiveError
+			if !errors.As(err, &ae) {
+				t.Fatalf("error that is no ArchiveError: %v", err)
+			}
+			return
+		}
+		var buf bytes.Buffer
+		if err := WriteArchive(&buf, meta, bytes.NewReader(st)); err != nil {
+			t.Fatal(err)
+		}
+		meta2, st2, err := ReadArchive(&buf)
+		if err != nil || !reflect.DeepEqual(meta2, meta) || !bytes.Equal(st2, st) {
+			t.Fatalf("accepted archive does not round-trip: %+v %v", meta2, err)
+		}
+	})
+}

@@ -1,0 +1,155 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/clock/clocktest"
+	"github.com/holdfast/holdfast/internal/state"
+)
+
+func saveArchive(t *testing.T, s *Server) (uint64, []byte) {
+	t.Helper()
+	idx, rc, err := s.SaveSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return idx, b
+}
+
+func kvs(t *testing.T, s *Server, op state.KVOp, e state.DirEntry) {
+	t.Helper()
+	if ok, _, err := s.KVS(context.Background(), &state.KVRequest{Op: op, Entry: e}); err != nil || !ok {
+		t.Fatalf("%s %s: %v %v", op, e.Key, ok, err)
+	}
+}
+
+// A backup taken while the server runs, restored over a state that went on
+// changing, brings back the backup's keys and sessions exactly (on disk
+// too: a restart finds them), gives its TTL sessions full timers, drops the
+// timers of sessions it does not have, and hands out no LockIndex the
+// replaced state already gave.
+func TestSaveAndRestoreSnapshot(t *testing.T) {
+	clk := clocktest.NewFake(epoch)
+	dir := t.TempDir()
+	s := newTestServer(t, dir, clk)
+	ttl := mustSession(t, s, state.Session{TTL: "30s"})
+	kvs(t, s, state.OpSet, state.DirEntry{Key: "a", Value: []byte("1")})
+	kvs(t, s, state.OpLock, state.DirEntry{Key: "lock", Session: ttl, Value: []byte("holder")})
+
+	idx, archive := saveArchive(t, s)
+	if idx == 0 {
+		t.Fatal("snapshot index 0")
+	}
+	// Nothing written since: the same snapshot is served again.
+	if idx2, again := saveArchive(t, s); idx2 != idx || len(again) == 0 {
+		t.Fatalf("second save: index %d (want %d), %d bytes", idx2, idx, len(again))
+	}
+	meta, _, err := ReadArchive(bytes.NewReader(archive))
+	if err != nil || meta.Index != idx {
+		t.Fatalf("archive reads back as %+v, %v", meta, err)
+	}
+
+	// The live state goes on: the lock changes hands to a later session
+	// (LockIndex 2, 3), "a" changes, "b" appears.
+	kvs(t, s, state.OpUnlock, state.DirEntry{Key: "lock", Session: ttl})
+	later := mustSession(t, s, state.Session{TTL: "10s"})
+	kvs(t, s, state.OpLock, state.DirEntry{Key: "lock", Session: later})
+	kvs(t, s, state.OpUnlock, state.DirEntry{Key: "lock", Session: later})
+	kvs(t, s, state.OpLock, state.DirEntry{Key: "lock", Session: later})
+	kvs(t, s, state.OpSet, state.DirEntry{Key: "a", Value: []byte("2")})
+	kvs(t, s, state.OpSet, state.DirEntry{Key: "b", Value: []byte("x")})
+	clk.Advance(20 * time.Second)
+
+	if err := s.RestoreSnapshot(bytes.NewReader(archive)); err != nil {
+		t.Fatal(err)
+	}
+	check := func(s *Server, when string) {
+		t.Helper()
+		st := s.State()
+		if _, e := st.KVGet(nil, "a"); e == nil || string(e.Value) != "1" {
+			t.Fatalf("%s: a = %+v, want the backup's 1", when, e)
+		}
+		if _, e := st.KVGet(nil, "b"); e != nil {
+			t.Fatalf("%s: b = %+v, want gone (written after the backup)", when, e)
+		}
+		if _, e := st.KVGet(nil, "lock"); e == nil || e.Session != ttl || string(e.Value) != "holder" || e.LockIndex != 4 {
+			t.Fatalf("%s: lock = %+v, want held by %s as in the backup, at LockIndex 4 (above the live 3)", when, e, ttl)
+		}
+		if _, sess := st.SessionGet(nil, later); sess != nil {
+			t.Fatalf("%s: session %s, created after the backup, is back", when, later)
+		}
+	}
+	check(s, "after the restore")
+	if n := s.timers.Len(); n != 1 {
+		t.Fatalf("timers after the restore = %d, want 1 (the backup's TTL session only)", n)
+	}
+	// The backup's session got a full TTL at the restore, not what was
+	// left of it when the backup was taken.
+	clk.Advance(30*time.Second - time.Nanosecond)
+	if _, sess := s.State().SessionGet(nil, ttl); sess == nil {
+		t.Fatal("the backup's session expired before a full TTL from the restore")
+	}
+	// The next acquisition after a release counts on from there.
+	kvs(t, s, state.OpUnlock, state.DirEntry{Key: "lock", Session: ttl})
+	kvs(t, s, state.OpLock, state.DirEntry{Key: "lock", Session: ttl})
+	if _, e := s.State().KVGet(nil, "lock"); e.LockIndex != 5 {
+		t.Fatalf("acquired after the restore: LockIndex %d, want 5", e.LockIndex)
+	}
+	kvs(t, s, state.OpUnlock, state.DirEntry{Key: "lock", Session: ttl})
+	kvs(t, s, state.OpLock, state.DirEntry{Key: "lock", Session: ttl, Value: []byte("holder")})
+
+	s.Shutdown()
+	s2 := newTestServer(t, dir, clk)
+	if _, e := s2.State().KVGet(nil, "lock"); e == nil || e.LockIndex != 6 {
+		t.Fatalf("after a restart: lock = %+v, want LockIndex 6", e)
+	}
+	if _, e := s2.State().KVGet(nil, "b"); e != nil {
+		t.Fatalf("after a restart: b = %+v, want gone", e)
+	}
+}
+
+// An archive that is damaged, cut short or not holdfast's is refused with
+// an ArchiveError and changes nothing.
+func TestRestoreSnapshotRefusesBadArchives(t *testing.T) {
+	clk := clocktest.NewFake(epoch)
+	s := newTestServer(t, "", clk)
+	kvs(t, s, state.OpSet, state.DirEntry{Key: "a", Value: []byte("1")})
+	_, archive := saveArchive(t, s)
+	kvs(t, s, state.OpSet, state.DirEntry{Key: "a", Value: []byte("2")})
+
+	var badState bytes.Buffer
+	if err := WriteArchive(&badState, ArchiveMeta{Size: 7, Index: 3, Term: 1, Version: 1}, bytes.NewReader([]byte("{\"no\":1"))); err != nil {
+		t.Fatal(err)
+	}
+	flipped := bytes.Clone(archive)
+	flipped[len(flipped)/2] ^= 0x40
+	for name, body := range map[string][]byte{
+		"empty":            nil,
+		"not gzip":         []byte("not an archive"),
+		"cut short":        archive[:len(archive)/2],
+		"a flipped bit":    flipped,
+		"unreadable state": badState.Bytes(),
+	} {
+		before := s.State().TableIndex("kvs")
+		err := s.RestoreSnapshot(bytes.NewReader(body))
+		var ae *ArchiveError
+		if !errors.As(err, &ae) {
+			t.Fatalf("%s: err = %v, want an ArchiveError", name, err)
+		}
+		if _, e := s.State().KVGet(nil, "a"); string(e.Value) != "2" || s.State().TableIndex("kvs") != before {
+			t.Fatalf("%s: the state changed: a = %+v", name, e)
+		}
+	}
+	// Writes go on after a refused restore (the gate was let go).
+	kvs(t, s, state.OpSet, state.DirEntry{Key: "a", Value: []byte("3")})
+}
