@@ -35,7 +35,9 @@ func tarGz(t testing.TB, files ...[2]string) []byte {
 	return buf.Bytes()
 }
 
-func sumLine(name, body string) string { return fmt.Sprintf("%x  %s\n", sha256.Sum256([]byte(body)), name) }
+func sumLine(name, body string) string {
+	return fmt.Sprintf("%x  %s\n", sha256.Sum256([]byte(body)), name)
+}
 
 func validArchive(t testing.TB, st string) []byte {
 	t.Helper()
