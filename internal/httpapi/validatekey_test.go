@@ -18,10 +18,19 @@ func validateKeyRef(key string) bool {
 	return true
 }
 
+// dotDotRefused reports whether validateKey refused key for a ".."
+// segment: by the rule's own words, which end the message, since the key
+// quoted before them may hold `".."` itself (` "..` did, and a white-space
+// refusal passed for this one).
+func dotDotRefused(key string) bool {
+	return strings.HasSuffix(errString(validateKey(key)), `: ".." path segments are not allowed`)
+}
+
 func TestValidateKeyDotDot(t *testing.T) {
 	for _, k := range []string{"", "a", "..", "../a", "a/..", "a/../b", "a\\..\\b", "...", "a/.../b",
-		"..a", "a..", "//..//", "\\..", "./.", "a/./b", "x/\xff../..", "é/..", "..é", "a//b", "/", "\\"} {
-		got := !strings.Contains(errString(validateKey(k)), `".."`)
+		"..a", "a..", "//..//", "\\..", "./.", "a/./b", "x/\xff../..", "é/..", "..é", "a//b", "/", "\\",
+		" \"..", "\t\"..\"", "a/\"..\" ", " ../a "} {
+		got := !dotDotRefused(k)
 		if want := validateKeyRef(k); got != want {
 			t.Errorf("validateKey(%q): accepted=%v, want %v", k, got, want)
 		}
@@ -31,7 +40,7 @@ func TestValidateKeyDotDot(t *testing.T) {
 func FuzzValidateKeyDotDot(f *testing.F) {
 	f.Add("a/../b")
 	f.Fuzz(func(t *testing.T, k string) {
-		got := !strings.Contains(errString(validateKey(k)), `".."`)
+		got := !dotDotRefused(k)
 		if want := validateKeyRef(k); got != want {
 			t.Fatalf("validateKey(%q): accepted=%v, want %v", k, got, want)
 		}
