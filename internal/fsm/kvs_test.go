@@ -292,3 +292,65 @@ func bodyOf(data []byte) []byte {
 	}
 	return data[headerLen:]
 }
+
+// decodeOrPanic runs decode and returns the message it panicked with, if
+// it did.
+func decodeOrPanic(decode func()) (msg string, panicked bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg, panicked = fmt.Sprint(r), true
+		}
+	}()
+	decode()
+	return "", false
+}
+
+// Whatever bytes a log entry's binary KV or transaction body holds, the
+// decoders either stop with a panic that names the entry (the state
+// machine stops rather than apply it) or return requests that encode and
+// decode back to themselves. FuzzKVSBinary only ever fed them what the
+// encoder makes.
+func FuzzKVSDecodeRaw(f *testing.F) {
+	req := &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "k", Session: "s", Value: []byte("v"), Flags: 3}}
+	one, _ := EncodeKVS(time.Unix(0, 1), req)
+	txn, _ := EncodeTxn(time.Unix(0, 1), []*state.TxnOp{{KV: req}, {KV: &state.KVRequest{Op: state.OpGet, Entry: state.DirEntry{Key: "x"}}}})
+	f.Add(false, bodyOf(one))
+	f.Add(true, bodyOf(txn))
+	f.Add(true, []byte{0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01})
+	f.Fuzz(func(t *testing.T, isTxn bool, body []byte) {
+		const want = "fsm: log entry 7"
+		if !isTxn {
+			var got state.KVRequest
+			if msg, p := decodeOrPanic(func() { decodeKVS(7, body, &got) }); p {
+				if !strings.HasPrefix(msg, want) {
+					t.Fatalf("decodeKVS panicked with %q, not naming the entry", msg)
+				}
+				return
+			}
+			var again state.KVRequest
+			decodeKVS(7, appendKV(nil, kvOpCodes[got.Op], &got.Entry), &again)
+			if !reflect.DeepEqual(again, got) {
+				t.Fatalf("decoded %+v re-encodes to %+v", got, again)
+			}
+			return
+		}
+		var ops []*state.TxnOp
+		if msg, p := decodeOrPanic(func() { ops = decodeTxn(7, body) }); p {
+			if !strings.HasPrefix(msg, want) {
+				t.Fatalf("decodeTxn panicked with %q, not naming the entry", msg)
+			}
+			return
+		}
+		data, err := EncodeTxn(time.Unix(0, 1), ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		typ, _, b := envelope(&raft.Log{Data: data})
+		if typ != TypeTxnBinary {
+			t.Fatalf("decoded transaction %+v re-encodes as type %d", ops, typ)
+		}
+		if again := decodeTxn(7, b); !reflect.DeepEqual(again, ops) {
+			t.Fatalf("decoded transaction does not re-encode to itself: %+v vs %+v", ops, again)
+		}
+	})
+}
