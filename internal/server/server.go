@@ -277,6 +277,12 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: bootstrapping raft: %w", err)
 		}
 	}
+	if has {
+		if err := dropLogBehindSnapshot(st, s.log); err != nil {
+			s.closeStores()
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	r, err := newRaft(rc, s.fsm, st, trans, cfg.DataDir)
 	if err != nil {
 		s.closeStores()
@@ -345,6 +351,41 @@ func newRaft(rc *raft.Config, f raft.FSM, st *stores, trans raft.Transport, dir 
 			"or was written by a newer holdfast", err, filepath.Join(dir, snapshotDirName))
 	}
 	return r, err
+}
+
+// dropLogBehindSnapshot deletes a log that ends before the newest
+// snapshot. Only a restore of a backup cut short leaves one: raft stores
+// the backup as a snapshot at an index past the log's end, on purpose, and
+// deletes the log only once the state machine has loaded it. A crash in
+// between left raft-wal, which appends only at its last index plus one,
+// refusing the next entry ("non-monotonic log entries") at every election,
+// for ever. Every entry of such a log is at or below the snapshot's index,
+// so the snapshot holds all it says; raft would delete it too.
+func dropLogBehindSnapshot(st *stores, logger hclog.Logger) error {
+	if !monotonic(st.log) {
+		return nil // raft keeps a gap in any other store
+	}
+	metas, err := st.snaps.List()
+	if err != nil || len(metas) == 0 {
+		return nil // raft's start reports unreadable snapshots
+	}
+	first, err := st.log.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("reading the raft log: %w", err)
+	}
+	last, err := st.log.LastIndex()
+	if err != nil {
+		return fmt.Errorf("reading the raft log: %w", err)
+	}
+	if last == 0 || last >= metas[0].Index {
+		return nil
+	}
+	logger.Warn("the raft log ends before the newest snapshot (a restore of a backup was cut short): deleting the log, which the snapshot holds",
+		"log_first", first, "log_last", last, "snapshot_index", metas[0].Index)
+	if err := st.log.DeleteRange(first, last); err != nil {
+		return fmt.Errorf("deleting the raft log behind the newest snapshot: %w", err)
+	}
+	return nil
 }
 
 // logReplay says, at a start on existing state, how many log entries
