@@ -644,13 +644,22 @@ type callerKey struct{}
 // blocking read its wait (the server's default and maximum, those of
 // httpapi), the server's jitter (up to a sixteenth of it) and
 // forwardTimeout on top.
+//
+// A snapshot's archive streams through in either direction as fast as the
+// caller sends or reads it: 250 MB took 13 s here, and a slow link or a
+// larger state would be cut at forwardTimeout (a save cut short, a restore
+// answered 500 and then completed). It gets snapshotForwardTimeout.
 const (
-	forwardTimeout      = 30 * time.Second
-	failedServerTimeout = 5 * time.Second
+	snapshotForwardTimeout = 30 * time.Minute
+	forwardTimeout         = 30 * time.Second
+	failedServerTimeout    = 5 * time.Second
 )
 
 // forwardBound is how long a forward of r may take.
 func forwardBound(r *http.Request) time.Duration {
+	if r.URL.Path == "/v1/snapshot" {
+		return snapshotForwardTimeout
+	}
 	q := r.URL.Query()
 	if q.Get("index") == "" {
 		return forwardTimeout

@@ -483,6 +483,7 @@ func TestForwardBound(t *testing.T) {
 		{"/v1/kv/k?index=5&wait=16s", 17*time.Second + forwardTimeout},
 		{"/v1/kv/k?index=5&wait=1h", 10*time.Minute + 10*time.Minute/16 + forwardTimeout},
 		{"/v1/kv/k?index=5&wait=soon", 5*time.Minute + 5*time.Minute/16 + forwardTimeout},
+		{"/v1/snapshot", snapshotForwardTimeout},
 	} {
 		r := httptest.NewRequest("GET", c.url, nil)
 		if got := forwardBound(r); got != c.want {

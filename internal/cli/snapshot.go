@@ -185,9 +185,6 @@ func inspectFile(file string) (*inspected, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys, sessions, err := server.CountArchiveState(st)
-	if err != nil {
-		return nil, err
-	}
+	keys, sessions := server.CountArchiveState(st)
 	return &inspected{meta: meta, keys: keys, sessions: sessions}, nil
 }

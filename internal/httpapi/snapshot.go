@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"io"
 	"net/http"
 )
@@ -12,8 +13,9 @@ type Snapshotter interface {
 	// stream of its archive, which the caller closes.
 	SaveSnapshot() (uint64, io.ReadCloser, error)
 	// RestoreSnapshot replaces the state with an archive's. An archive
-	// that cannot be restored is an error implementing BadInput.
-	RestoreSnapshot(io.Reader) error
+	// that cannot be restored is an error implementing BadInput; ctx ends
+	// with the request, and a restore not begun by then is not.
+	RestoreSnapshot(ctx context.Context, archive io.Reader) error
 }
 
 func (h *handler) snapshotter() (Snapshotter, error) {
@@ -57,7 +59,7 @@ func (h *handler) snapshotRestore(w http.ResponseWriter, r *http.Request, _ stri
 	if err != nil {
 		return err
 	}
-	if err := sn.RestoreSnapshot(r.Body); err != nil {
+	if err := sn.RestoreSnapshot(r.Context(), r.Body); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusOK)

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/holdfast/holdfast/internal/state"
 )
 
@@ -102,17 +104,22 @@ func WriteArchive(w io.Writer, meta ArchiveMeta, st io.Reader) error {
 }
 
 // ReadArchive reads and checks a whole archive: its three files, once
-// each, and nothing else; their sums; the format and the state's size.
-// Every fault is an *ArchiveError, except a failure of r itself.
-func ReadArchive(r io.Reader) (ArchiveMeta, []byte, error) {
+// each, and nothing else; their sums; the format, the raft metadata and
+// the state's size; and the state itself, decoded as it streams in (the
+// archive's bytes are not kept) and checked for keys held by sessions it
+// does not have. Every fault is an *ArchiveError, except a failure of r
+// itself.
+func ReadArchive(r io.Reader) (ArchiveMeta, *state.Store, error) {
 	var meta ArchiveMeta
 	zr, err := gzip.NewReader(bufio.NewReader(sourceReader{r}))
 	if err != nil {
 		return meta, nil, readFault("it is not gzip-compressed", err)
 	}
 	tr := tar.NewReader(zr)
-	files := map[string][]byte{}
-	sums := map[string]string{}
+	files := map[string][]byte{} // meta.json and SHA256SUMS
+	sums := map[string]string{}  // of meta.json and state.bin
+	var st *state.Store
+	var stSize int64
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -122,28 +129,39 @@ func ReadArchive(r io.Reader) (ArchiveMeta, []byte, error) {
 			return meta, nil, readFault("its tar stream is damaged", err)
 		}
 		name := hdr.Name
-		limit := int64(maxArchiveMeta)
 		switch name {
-		case archiveStateName:
-			limit = hdr.Size
-		case archiveMetaName, archiveSumsName:
+		case archiveMetaName, archiveSumsName, archiveStateName:
 		default:
 			return meta, nil, archiveErrorf("it holds %q, which is none of %s, %s and %s", name, archiveMetaName, archiveStateName, archiveSumsName)
 		}
-		if _, dup := files[name]; dup {
+		if _, dup := sums[name]; dup || files[name] != nil {
 			return meta, nil, archiveErrorf("it holds %s twice", name)
 		}
-		if hdr.Typeflag != tar.TypeReg || hdr.Size < 0 || hdr.Size > limit {
-			return meta, nil, archiveErrorf("%s is not a regular file of at most %d bytes", name, limit)
+		if hdr.Typeflag != tar.TypeReg || hdr.Size < 0 || (name != archiveStateName && hdr.Size > maxArchiveMeta) {
+			return meta, nil, archiveErrorf("%s is not a regular file of at most %d bytes", name, maxArchiveMeta)
 		}
-		b, err := readAllSized(tr, hdr.Size)
-		if err != nil {
-			return meta, nil, readFault("its "+name+" is cut short", err)
+		h := sha256.New()
+		body := io.TeeReader(tr, h)
+		if name == archiveStateName {
+			st, err = state.Restore(body)
+			if err != nil {
+				return meta, nil, readFault("its state does not read back", err)
+			}
+			// The decoder stops at the end of the JSON; the sum covers
+			// every byte of the file.
+			if _, err := io.Copy(io.Discard, body); err != nil {
+				return meta, nil, readFault("its state.bin is cut short", err)
+			}
+			stSize = hdr.Size
+		} else {
+			b, err := readAllSized(body, hdr.Size)
+			if err != nil {
+				return meta, nil, readFault("its "+name+" is cut short", err)
+			}
+			files[name] = b
 		}
-		files[name] = b
 		if name != archiveSumsName {
-			sum := sha256.Sum256(b)
-			sums[name] = hex.EncodeToString(sum[:])
+			sums[name] = hex.EncodeToString(h.Sum(nil))
 		}
 	}
 	// The gzip stream must end where the tar does, with its checksum.
@@ -151,7 +169,7 @@ func ReadArchive(r io.Reader) (ArchiveMeta, []byte, error) {
 		return meta, nil, readFault("its gzip stream is damaged", err)
 	}
 	for _, name := range []string{archiveMetaName, archiveStateName, archiveSumsName} {
-		if _, ok := files[name]; !ok {
+		if _, ok := sums[name]; !ok && files[name] == nil {
 			return meta, nil, archiveErrorf("it has no %s", name)
 		}
 	}
@@ -172,18 +190,35 @@ func ReadArchive(r io.Reader) (ArchiveMeta, []byte, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(files[archiveMetaName]))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&meta); err != nil || meta.Format == "" {
+	if err := dec.Decode(&meta); err != nil {
+		return meta, nil, archiveErrorf("its %s does not read (%v)", archiveMetaName, err)
+	}
+	switch {
+	case meta.Format == "":
 		return meta, nil, archiveErrorf("its %s is not holdfast's (was it taken from Consul? Consul's state is encoded its own way, which holdfast does not read)", archiveMetaName)
-	}
-	if meta.Format != archiveFormat {
+	case meta.Format != archiveFormat:
 		return meta, nil, archiveErrorf("its format is %q, which this holdfast does not read (it reads %q)", meta.Format, archiveFormat)
+	case meta.Version < int(raft.SnapshotVersionMin) || meta.Version > int(raft.SnapshotVersionMax):
+		return meta, nil, archiveErrorf("its raft snapshot version %d is not one this holdfast reads (%d to %d)", meta.Version, raft.SnapshotVersionMin, raft.SnapshotVersionMax)
+	case meta.Index == 0 || meta.Index > maxArchiveIndex:
+		return meta, nil, archiveErrorf("its index %d is not a raft index (1 to %d)", meta.Index, uint64(maxArchiveIndex))
+	case meta.Size != stSize:
+		return meta, nil, archiveErrorf("%s is %d bytes where %s says %d", archiveStateName, stSize, archiveMetaName, meta.Size)
 	}
-	st := files[archiveStateName]
-	if int64(len(st)) != meta.Size {
-		return meta, nil, archiveErrorf("%s is %d bytes where %s says %d", archiveStateName, len(st), archiveMetaName, meta.Size)
+	if err := st.CheckHeld(); err != nil {
+		return meta, nil, archiveErrorf("its state is not consistent: %v", err)
+	}
+	if mi := st.MaxIndex(); mi > meta.Index {
+		return meta, nil, archiveErrorf("its state was changed at index %d, after the index %d it was taken at", mi, meta.Index)
 	}
 	return meta, st, nil
 }
+
+// maxArchiveIndex is the highest raft index an archive may claim: far
+// above any log's (a billion writes a second for a century is 2^62), and
+// far enough below 2^64 that raft's index after the restore (one past the
+// larger of its own and the archive's) cannot wrap.
+const maxArchiveIndex = 1 << 62
 
 // readAllSized reads exactly n bytes of r, growing its buffer as the
 // bytes come rather than trusting n for one allocation.
@@ -224,14 +259,10 @@ func (s sourceReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// CountArchiveState reads an archive's state (as ReadArchive returns it)
-// as a restore would, and counts its keys and sessions.
-func CountArchiveState(st []byte) (keys, sessions int, err error) {
-	s, err := state.Restore(bytes.NewReader(st))
-	if err != nil {
-		return 0, 0, archiveErrorf("its state does not read back: %v", err)
-	}
-	_, kvs := s.KVList(nil, "")
-	_, all := s.SessionList(nil)
-	return len(kvs), len(all), nil
+// CountArchiveState counts the keys and sessions of a store that
+// ReadArchive returned.
+func CountArchiveState(st *state.Store) (keys, sessions int) {
+	_, kvs := st.KVList(nil, "")
+	_, all := st.SessionList(nil)
+	return len(kvs), len(all)
 }

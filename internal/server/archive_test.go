@@ -10,6 +10,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/holdfast/holdfast/internal/state"
 )
 
 // tarGz builds a gzipped tar of the given files, in order, with no checks.
@@ -49,18 +51,40 @@ func validArchive(t testing.TB, st string) []byte {
 	return buf.Bytes()
 }
 
+// persisted is the snapshot encoding of st.
+func persisted(t testing.TB, st *state.Store) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := st.Snapshot().Persist(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
 func TestArchiveRoundTrip(t *testing.T) {
 	st := `{"Version":1}` + "\n"
 	meta, got, err := ReadArchive(bytes.NewReader(validArchive(t, st)))
 	want := ArchiveMeta{Format: archiveFormat, ID: "2-9-1", Size: int64(len(st)), Index: 9, Term: 2, Version: 1}
-	if err != nil || meta != want || string(got) != st {
-		t.Fatalf("ReadArchive = %+v, %q, %v; want %+v, %q", meta, got, err, want, st)
+	if err != nil || meta != want || string(persisted(t, got)) != st {
+		t.Fatalf("ReadArchive = %+v, %v; want %+v, an empty state", meta, err, want)
 	}
 	// A state of another size than the meta says is not written.
 	err = WriteArchive(&bytes.Buffer{}, ArchiveMeta{Size: 3}, strings.NewReader("four"))
 	if err == nil {
 		t.Fatal("WriteArchive wrote a state longer than its meta's Size")
 	}
+}
+
+// metaCase is an archive of state st whose meta.json has field (as
+// `"Name":value`) in place of the valid one's, with sums that match.
+func metaCase(st, field string) [][2]string {
+	meta := fmt.Sprintf(`{"Format":%q,"ID":"x","Size":%d,"Index":1,"Term":1,"Version":1}`, archiveFormat, len(st))
+	name := field[:strings.Index(field, ":")+1]
+	i := strings.Index(meta, name)
+	j := i + strings.IndexAny(meta[i:], ",}")
+	meta = meta[:i] + field + meta[j:]
+	return [][2]string{{archiveMetaName, meta}, {archiveStateName, st},
+		{archiveSumsName, sumLine(archiveMetaName, meta) + sumLine(archiveStateName, st)}}
 }
 
 // Each way an archive can be wrong gets its own sentence.
@@ -82,6 +106,12 @@ func TestReadArchiveRefusals(t *testing.T) {
 		{"bad line", [][2]string{{archiveMetaName, meta}, {archiveStateName, st}, {archiveSumsName, sums + "junk\n"}}, `"junk"`},
 		{"Consul's", [][2]string{{archiveMetaName, consulMeta}, {archiveStateName, st},
 			{archiveSumsName, sumLine(archiveMetaName, consulMeta) + sumLine(archiveStateName, st)}}, "was it taken from Consul?"},
+		{"index 0", metaCase(st, `"Index":0`), "its index 0 is not a raft index"},
+		{"index 2^64-1", metaCase(st, `"Index":18446744073709551615`), "its index 18446744073709551615 is not a raft index"},
+		{"version 99", metaCase(st, `"Version":99`), "its raft snapshot version 99 is not one this holdfast reads"},
+		{"a number too big", metaCase(st, `"Term":1e99`), "its meta.json does not read"},
+		{"state", [][2]string{{archiveMetaName, meta}, {archiveStateName, strings.Repeat("\x00", 14)},
+			{archiveSumsName, sumLine(archiveMetaName, meta) + sumLine(archiveStateName, strings.Repeat("\x00", 14))}}, "its state does not read back"},
 		{"size", [][2]string{{archiveMetaName, strings.Replace(meta, `"Size":14`, `"Size":15`, 1)}, {archiveStateName, st},
 			{archiveSumsName, sumLine(archiveMetaName, strings.Replace(meta, `"Size":14`, `"Size":15`, 1)) + sumLine(archiveStateName, st)}}, "is 14 bytes where meta.json says 15"},
 	} {
@@ -109,12 +139,14 @@ func FuzzReadArchive(f *testing.F) {
 			}
 			return
 		}
+		enc := persisted(t, st)
+		meta.Size = int64(len(enc))
 		var buf bytes.Buffer
-		if err := WriteArchive(&buf, meta, bytes.NewReader(st)); err != nil {
+		if err := WriteArchive(&buf, meta, bytes.NewReader(enc)); err != nil {
 			t.Fatal(err)
 		}
 		meta2, st2, err := ReadArchive(&buf)
-		if err != nil || !reflect.DeepEqual(meta2, meta) || !bytes.Equal(st2, st) {
+		if err != nil || !reflect.DeepEqual(meta2, meta) || !bytes.Equal(persisted(t, st2), enc) {
 			t.Fatalf("accepted archive does not round-trip: %+v %v", meta2, err)
 		}
 	})

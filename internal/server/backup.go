@@ -1,10 +1,11 @@
 package server
 
 import (
-	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -30,7 +31,7 @@ func (s *Server) SaveSnapshot() (uint64, io.ReadCloser, error) {
 		pw.CloseWithError(WriteArchive(pw, ArchiveMeta{ID: meta.ID, Size: meta.Size, Index: meta.Index,
 			Term: meta.Term, Version: int(meta.Version)}, rc))
 	}()
-	s.log.Info("snapshot saved for a backup", "index", meta.Index, "size", sizeText(meta.Size))
+	s.log.Info("snapshot taken for a backup: sending it", "index", meta.Index, "size", sizeText(meta.Size))
 	return meta.Index, pr, nil
 }
 
@@ -66,56 +67,107 @@ func (s *Server) openSnapshot() (*raft.SnapshotMeta, io.ReadCloser, error) {
 // Where Consul lets LockIndexes go back with the rest, a restore here never
 // hands out a (Key, LockIndex) the replaced state already gave: every key
 // the backup has locked comes back above the highest LockIndex the live
-// state knows of (state.RestoreAbove). To read that mark with nothing in
-// flight, writes wait at the gate from just before the restore until it is
-// through. Sessions in the backup get full TTLs from now, as after a
-// change of leader.
+// state knows of (state.RaiseLockIndexes). To read that mark with nothing
+// in flight, writes wait at the gate from just before raft takes the
+// backup until the state machine has it; the archive is read, checked and
+// decoded before that. Session expiries decided on the replaced state are
+// dropped, and the backup's sessions get full TTLs from now, as after a
+// change of leader. The gossip pool is reconciled into the restored
+// catalog at once, and the agent's own checks and services written again
+// (Config.OnSelfRegistered).
 //
-// A damaged or foreign archive is an *ArchiveError and changes nothing.
-func (s *Server) RestoreSnapshot(r io.Reader) error {
-	meta, st, err := ReadArchive(r)
+// A damaged or foreign archive is an *ArchiveError and changes nothing;
+// so is a caller gone (ctx) before the state is touched.
+func (s *Server) RestoreSnapshot(ctx context.Context, r io.Reader) error {
+	meta, restored, err := ReadArchive(r)
 	if err != nil {
 		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("server: restore abandoned by its caller before it began: %w", err)
 	}
 	if s.raft.State() != raft.Leader {
 		return ErrNoLeader
 	}
+	s.log.Info("restoring a backup snapshot: writes wait until it is in", "backup_index", meta.Index, "size", sizeText(meta.Size))
+	started := time.Now()
 	if err := s.gate.hold(); err != nil {
 		return ErrShuttingDown
 	}
-	defer s.gate.pass(s.raft)
-	floor := s.fsm.State().LockHighWater()
-	restored, err := state.RestoreAbove(bytes.NewReader(st), floor)
+	replaced, err := s.restoreHeld(meta, restored)
+	if replaced {
+		s.gate.replaced()
+	}
+	s.gate.pass(s.raft)
+	if !replaced {
+		return err
+	}
 	if err != nil {
-		return archiveErrorf("its state does not read back: %v", err)
-	}
-	var buf bytes.Buffer
-	if err := restored.Snapshot().Persist(&buf); err != nil {
-		return fmt.Errorf("server: encoding the restored state: %w", err)
-	}
-	rm := &raft.SnapshotMeta{Version: raft.SnapshotVersion(meta.Version), ID: meta.ID, Index: meta.Index,
-		Term: meta.Term, Size: int64(buf.Len())}
-	if rm.Version == 0 {
-		rm.Version = raft.SnapshotVersionMax
-	}
-	if err := s.raft.Restore(rm, &buf, s.cfg.ApplyTimeout); err != nil {
-		switch {
-		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-			return ErrNoLeader
-		case errors.Is(err, raft.ErrRaftShutdown):
-			return ErrShuttingDown
-		}
-		return fmt.Errorf("server: restoring the snapshot: %w", err)
+		// raft loaded the backup and then could not commit the entry
+		// that follows it (leadership lost): the state is the backup's.
+		s.log.Warn("the backup snapshot is in, but raft could not commit after it", "error", err)
 	}
 	// The leader's soft state follows the new state: timers for its
-	// sessions (and none for the sessions gone), and the stamps' clock
-	// if the backup's lock-delays run ahead of it.
+	// sessions and none for the sessions gone; the stamps' clock if the
+	// backup's lock-delays run ahead of it; the pool's members and this
+	// agent's registrations, which the backup knows as they were then.
 	s.timers.Clear()
 	s.resetSessionTimers()
 	s.raiseStamps()
-	s.log.Info("restored a backup snapshot", "backup_index", meta.Index, "lock_index_floor", floor,
-		"sessions", len(sessionsOf(restored)))
+	if s.serf != nil {
+		s.serf.wakeFull()
+	}
+	if s.cfg.OnSelfRegistered != nil {
+		go s.cfg.OnSelfRegistered()
+	}
+	s.log.Info("restored a backup snapshot", "backup_index", meta.Index, "sessions", len(sessionsOf(restored)),
+		"took", time.Since(started).Round(time.Millisecond))
 	return nil
+}
+
+// restoreHeld hands the decoded backup to raft, with the gate held, and
+// reports whether the state machine took it.
+func (s *Server) restoreHeld(meta ArchiveMeta, restored *state.Store) (bool, error) {
+	live := s.fsm.State()
+	floor := live.LockHighWater()
+	restored.RaiseLockIndexes(floor)
+	s.log.Info("LockIndexes of the backup raised above the live state's", "lock_index_floor", floor)
+	// raft needs the size first: count the encoding, then stream it (the
+	// store is immutable, so both passes write the same bytes).
+	var n countWriter
+	if err := restored.Snapshot().Persist(&n); err != nil {
+		return false, fmt.Errorf("server: encoding the restored state: %w", err)
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(restored.Snapshot().Persist(pw)) }()
+	defer pr.Close()
+	// Past the backup's index and its state's, so that no write after the
+	// restore gets an index its state already has.
+	rm := &raft.SnapshotMeta{Version: raft.SnapshotVersion(meta.Version), ID: meta.ID,
+		Index: max(meta.Index, restored.MaxIndex()), Term: meta.Term, Size: int64(n)}
+	// No timeout: raft's one timer covers both the restore and the entry
+	// after it, and answered "timed out" for a restore it then completed
+	// (a large state, a slow disk).
+	err := s.raft.Restore(rm, pr, 0)
+	replaced := s.fsm.State() != live
+	if err != nil && !replaced {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return false, ErrNoLeader
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return false, ErrShuttingDown
+		}
+		return false, fmt.Errorf("server: restoring the snapshot: %w", err)
+	}
+	return replaced, err
+}
+
+// countWriter counts the bytes written to it.
+type countWriter int64
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	*c += countWriter(len(p))
+	return len(p), nil
 }
 
 func sessionsOf(st *state.Store) []*state.Session {

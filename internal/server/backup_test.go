@@ -72,7 +72,7 @@ func TestSaveAndRestoreSnapshot(t *testing.T) {
 	kvs(t, s, state.OpSet, state.DirEntry{Key: "b", Value: []byte("x")})
 	clk.Advance(20 * time.Second)
 
-	if err := s.RestoreSnapshot(bytes.NewReader(archive)); err != nil {
+	if err := s.RestoreSnapshot(context.Background(), bytes.NewReader(archive)); err != nil {
 		t.Fatal(err)
 	}
 	check := func(s *Server, when string) {
@@ -143,7 +143,7 @@ func TestRestoreSnapshotRefusesBadArchives(t *testing.T) {
 		"unreadable state": badState.Bytes(),
 	} {
 		before := s.State().TableIndex("kvs")
-		err := s.RestoreSnapshot(bytes.NewReader(body))
+		err := s.RestoreSnapshot(context.Background(), bytes.NewReader(body))
 		var ae *ArchiveError
 		if !errors.As(err, &ae) {
 			t.Fatalf("%s: err = %v, want an ArchiveError", name, err)
@@ -173,10 +173,11 @@ func TestStartAfterRestoreCutShort(t *testing.T) {
 	kvs(t, s, state.OpSet, state.DirEntry{Key: "gone", Value: []byte("x")})
 	s.Shutdown()
 
-	_, st, err := ReadArchive(bytes.NewReader(archive))
+	_, restored, err := ReadArchive(bytes.NewReader(archive))
 	if err != nil {
 		t.Fatal(err)
 	}
+	st := persisted(t, restored)
 	stores, err := openStores(dir, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -49,9 +50,17 @@ type applyGate struct {
 	// closed when the batch in raft is through.
 	closed  bool
 	drained chan struct{}
-	// holders wait, in order, for the baton outside any batch (see hold).
+	// holders wait, in order, for the baton outside any batch (see hold);
+	// held is set while one has it.
 	holders []chan struct{}
+	held    bool
+	// epoch counts the restores of a backup (see replaced and enterAt).
+	epoch uint64
 }
+
+// errStateReplaced refuses a command that was decided on a state a restore
+// has since replaced (see enterAt).
+var errStateReplaced = errors.New("server: the state this command was decided on was replaced by a restore")
 
 // gatedCommand is a command waiting for the next batch.
 type gatedCommand struct {
@@ -59,6 +68,9 @@ type gatedCommand struct {
 	f   raft.ApplyFuture
 	// baton is set on the batch's last command.
 	baton bool
+	// epoch, if pinned, is the gate's epoch the command was decided in.
+	epoch  uint64
+	pinned bool
 	// in is closed once f is set.
 	in chan struct{}
 }
@@ -68,17 +80,30 @@ type gatedCommand struct {
 // holds the baton, in which case it must call pass once the future has
 // finished, whatever its outcome.
 func (g *applyGate) enter(r applier, cmd []byte) (raft.ApplyFuture, bool) {
+	return g.enterAt(r, cmd, 0, false)
+}
+
+// enterAt is enter for a command the leader decided on the state of gate
+// epoch epoch (read with Epoch before it looked): a session expiry judged
+// on a session that existed. If pinned and a restore has replaced the
+// state since, the command is refused with errStateReplaced rather than
+// applied to the restored state.
+func (g *applyGate) enterAt(r applier, cmd []byte, epoch uint64, pinned bool) (raft.ApplyFuture, bool) {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
 		return refusedFuture{raft.ErrRaftShutdown}, false
+	}
+	if pinned && epoch != g.epoch {
+		g.mu.Unlock()
+		return refusedFuture{errStateReplaced}, false
 	}
 	if !g.busy {
 		g.busy = true
 		g.mu.Unlock()
 		return r.Apply(cmd, 0), true
 	}
-	w := &gatedCommand{cmd: cmd, in: make(chan struct{})}
+	w := &gatedCommand{cmd: cmd, in: make(chan struct{}), epoch: epoch, pinned: pinned}
 	g.waiting = append(g.waiting, w)
 	g.mu.Unlock()
 	<-w.in
@@ -90,9 +115,11 @@ func (g *applyGate) enter(r applier, cmd []byte) (raft.ApplyFuture, bool) {
 // the gate.
 func (g *applyGate) pass(r applier) {
 	g.mu.Lock()
+	g.held = false
 	if len(g.holders) > 0 {
 		h := g.holders[0]
 		g.holders = g.holders[1:]
+		g.held = true
 		g.mu.Unlock()
 		close(h) // the gate stays busy: the holder has the baton
 		return
@@ -141,7 +168,7 @@ func (g *applyGate) hold() error {
 		return raft.ErrRaftShutdown
 	}
 	if !g.busy {
-		g.busy = true
+		g.busy, g.held = true, true
 		g.mu.Unlock()
 		return nil
 	}
@@ -150,6 +177,33 @@ func (g *applyGate) hold() error {
 	g.mu.Unlock()
 	<-ready
 	return nil
+}
+
+// Epoch is the count of restores so far (see enterAt).
+func (g *applyGate) Epoch() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.epoch
+}
+
+// replaced is called by the holder once a restore has replaced the state:
+// it starts a new epoch and refuses the pinned commands waiting, which
+// were decided on the state replaced.
+func (g *applyGate) replaced() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.epoch++
+	kept := g.waiting[:0]
+	for _, w := range g.waiting {
+		if w.pinned {
+			w.f = refusedFuture{errStateReplaced}
+			close(w.in)
+			continue
+		}
+		kept = append(kept, w)
+	}
+	clear(g.waiting[len(kept):])
+	g.waiting = kept
 }
 
 // close refuses every command from now on, the waiting ones included, and
@@ -168,7 +222,9 @@ func (g *applyGate) close() <-chan struct{} {
 		close(w.in)
 	}
 	g.waiting = nil
-	if !g.busy {
+	// A holder (a restore) is not waited for: it waits on raft, which
+	// answers it once shut down, and raft shuts down after this drains.
+	if !g.busy || g.held {
 		done := make(chan struct{})
 		close(done)
 		return done

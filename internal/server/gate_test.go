@@ -441,3 +441,63 @@ func TestApplyGateHold(t *testing.T) {
 		t.Fatalf("hold on a closed gate: %v", err)
 	}
 }
+
+// Finding (snapshot audit): a session whose TTL ran out while a restore
+// held the gate was destroyed in the restored state, where it had just
+// been given a full TTL: its destroy, decided on the state replaced,
+// waited at the gate and went in after. A command pinned to an epoch is
+// now refused once a restore has replaced the state (replaced), waiting or
+// arriving late; other commands waiting go in as usual. And a gate closed
+// while a restore holds it does not wait for the restore (which waits on
+// raft, which shuts down after the gate drains).
+func TestApplyGateReplacedRefusesPinned(t *testing.T) {
+	var g applyGate
+	r := &recordingApplier{}
+	e := g.Epoch()
+	if err := g.hold(); err != nil {
+		t.Fatal(err)
+	}
+	pinned, plain := make(chan error, 1), make(chan error, 1)
+	go func() {
+		f, baton := g.enterAt(r, []byte("expire"), e, true)
+		err := f.Error()
+		if baton {
+			g.pass(r)
+		}
+		pinned <- err
+	}()
+	go func() { _, err := gatedCall(&g, r, "write"); plain <- err }()
+	waitFor(t, "both waiting", func() bool { return g.waitingLen() == 2 })
+
+	g.replaced() // the restore is in
+	if err := receive(t, "the pinned command's answer", pinned); !errors.Is(err, errStateReplaced) {
+		t.Fatalf("pinned command decided before the restore: %v, want errStateReplaced", err)
+	}
+	g.pass(r)
+	waitFor(t, "write applied", func() bool { return r.count() == 1 })
+	close(r.at(0).done)
+	if err := receive(t, "the write's answer", plain); err != nil || r.at(0).cmd != "write" {
+		t.Fatalf("write: %v (applied %q)", err, r.at(0).cmd)
+	}
+	// Decided before, arriving after: refused at the door.
+	if f, _ := g.enterAt(r, []byte("late"), e, true); !errors.Is(f.Error(), errStateReplaced) {
+		t.Fatalf("late pinned command: %v", f.Error())
+	}
+	// Decided in the new epoch: applied.
+	f, baton := g.enterAt(r, []byte("now"), g.Epoch(), true)
+	close(r.at(1).done)
+	if err := f.Error(); err != nil || !baton {
+		t.Fatalf("pinned command of the current epoch: %v", err)
+	}
+	g.pass(r)
+
+	if err := g.hold(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.close():
+	case <-time.After(time.Minute):
+		t.Fatal("close waited for the holder")
+	}
+	g.pass(r) // the holder ends after the close
+}

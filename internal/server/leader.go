@@ -95,7 +95,7 @@ func (s *Server) leaderLoop(ctx context.Context) {
 	// at once.
 	t := s.clk.NewTimer(s.cfg.ReapInterval)
 	defer t.Stop()
-	var prev uint64
+	var prev, prevEpoch uint64
 	for {
 		wctx, stopWatch := context.WithCancel(ctx)
 		changed := s.watchSelf(wctx)
@@ -113,11 +113,14 @@ func (s *Server) leaderLoop(ctx context.Context) {
 			return
 		case <-changed:
 		case <-t.C():
+			// prev is an index of the state of prevEpoch: after a restore
+			// it says nothing of the restored tombstones' age.
 			if prev > 0 {
-				if _, err := s.apply(fsm.TypeReap, fsm.Reap{TombstonesUpTo: prev}); err != nil {
+				if _, err := s.applyAt(prevEpoch, fsm.TypeReap, fsm.Reap{TombstonesUpTo: prev}); err != nil && !errors.Is(err, errStateReplaced) {
 					s.log.Warn("reaping tombstones failed", "error", err)
 				}
 			}
+			prevEpoch = s.gate.Epoch()
 			prev = s.raft.AppliedIndex()
 			t.Reset(s.cfg.ReapInterval)
 		}
@@ -232,10 +235,13 @@ func (s *Server) onSessionExpired(id string) {
 			delete(s.expiring, id)
 			s.expMu.Unlock()
 		}()
+		// The destroy is pinned to the state it was judged on: a restore
+		// of a backup in between re-arms the session's timer instead.
+		epoch := s.gate.Epoch()
 		if _, sess := s.State().SessionGet(nil, id); sess == nil {
 			return // already invalidated another way (destroy, check, node)
 		}
-		_, err := s.apply(fsm.TypeSessionDestroy, fsm.SessionDestroy{ID: id})
+		_, err := s.applyAt(epoch, fsm.TypeSessionDestroy, fsm.SessionDestroy{ID: id})
 		switch {
 		case err == nil:
 			if n := s.expiredLog.Note(s.clk.Now()); n > 0 {
@@ -243,7 +249,8 @@ func (s *Server) onSessionExpired(id string) {
 			} else {
 				s.log.Debug("session expired", "session", id)
 			}
-		case err == ErrShuttingDown || err == ErrNoLeader || errors.As(err, new(*OutcomeUnknownError)):
+		case err == ErrShuttingDown || err == ErrNoLeader || errors.As(err, new(*OutcomeUnknownError)) ||
+			errors.Is(err, errStateReplaced):
 			// The next leader arms the timer again (and, when the
 			// destroy did reach the log, finds the session gone).
 		default:

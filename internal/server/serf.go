@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/holdfast/holdfast/internal/fsm"
@@ -71,6 +72,7 @@ type serfState struct {
 	mu      sync.Mutex
 	pending map[string]*memberEvents
 	kick    chan struct{}
+	fullDue atomic.Bool // a full reconcile is asked for (wakeFull)
 }
 
 // memberEvents is what is pending for one member: its latest event, and,
@@ -197,6 +199,13 @@ func (sf *serfState) memberEvent(ev gossip.Event) {
 }
 
 // wake makes the reconcile loop look again (leadership gained).
+// wakeFull asks the loop for a full reconcile now: after a restore of a
+// backup, whose catalog knows the pool of its own time.
+func (sf *serfState) wakeFull() {
+	sf.fullDue.Store(true)
+	sf.wake()
+}
+
 func (sf *serfState) wake() {
 	select {
 	case sf.kick <- struct{}{}:
@@ -317,6 +326,9 @@ func (s *Server) serfLoop(sf *serfState) {
 		case <-term:
 			term = nil
 		case <-sf.kick:
+			if sf.fullDue.Swap(false) && term != nil {
+				full = true
+			}
 		case <-timer.C():
 			if term != nil {
 				full = true

@@ -583,6 +583,21 @@ func (s *Server) apply(t fsm.Type, body interface{}) (*fsm.Result, error) {
 // state machine's result. Every write ends here: a follower refuses it at
 // once with ErrNoLeader (raft would too, after a trip through its loop).
 func (s *Server) applyCommand(b []byte) (*fsm.Result, error) {
+	return s.applyCommandAt(b, 0, false)
+}
+
+// applyAt is apply for a command decided on the state of gate epoch epoch
+// (see applyGate.enterAt): refused with errStateReplaced if a restore has
+// replaced that state since.
+func (s *Server) applyAt(epoch uint64, t fsm.Type, body interface{}) (*fsm.Result, error) {
+	b, err := fsm.Encode(t, s.stamp(), body)
+	if err != nil {
+		return nil, err
+	}
+	return s.applyCommandAt(b, epoch, true)
+}
+
+func (s *Server) applyCommandAt(b []byte, epoch uint64, pinned bool) (*fsm.Result, error) {
 	if s.raft.State() != raft.Leader {
 		return nil, ErrNoLeader
 	}
@@ -590,7 +605,7 @@ func (s *Server) applyCommand(b []byte) (*fsm.Result, error) {
 	// which BatchApplyCh buffers to MaxAppendEntries, so Apply never waits
 	// for room there and needs no timeout (raft would arm a timer for it on
 	// every call).
-	f, baton := s.gate.enter(s.raft, b)
+	f, baton := s.gate.enterAt(s.raft, b, epoch, pinned)
 	err := f.Error()
 	if baton {
 		s.gate.pass(s.raft)
@@ -602,6 +617,8 @@ func (s *Server) applyCommand(b []byte) (*fsm.Result, error) {
 			return nil, ErrNoLeader // refused before it reached the log
 		case errors.Is(err, raft.ErrRaftShutdown):
 			return nil, ErrShuttingDown
+		case errors.Is(err, errStateReplaced):
+			return nil, err
 		}
 		// Leadership lost while the entry was in flight, or the log
 		// store failed: the entry may be in the log (raft-wal keeps the

@@ -149,17 +149,7 @@ func newObj(table string) (interface{}, error) {
 }
 
 // Restore reads a snapshot written by Persist into a new Store.
-func Restore(r io.Reader) (*Store, error) { return RestoreAbove(r, 0) }
-
-// RestoreAbove reads a snapshot as Restore does, for a store that has
-// already handed out LockIndexes up to floor (its LockHighWater): the
-// backup an operator restores over live state. Every key the snapshot has
-// locked at least once, at a LockIndex of floor or less, comes back at
-// floor+1 (held or not), and the table's LockFloor is at least floor, so
-// no acquisition after the restore repeats a (Key, LockIndex) handed out
-// before it: a fencing token taken from the live state is never valid
-// again for a different holding. Keys never locked keep a LockIndex of 0.
-func RestoreAbove(r io.Reader, floor uint64) (*Store, error) {
+func Restore(r io.Reader) (*Store, error) {
 	dec := json.NewDecoder(bufio.NewReaderSize(r, 1<<16))
 	var hdr struct{ Version int }
 	if err := dec.Decode(&hdr); err != nil {
@@ -200,9 +190,6 @@ func RestoreAbove(r io.Reader, floor uint64) (*Store, error) {
 		case *Session:
 			err = restoreSession(tx, o)
 		case *DirEntry:
-			if o.LockIndex != 0 && o.LockIndex <= floor {
-				o.LockIndex = floor + 1
-			}
 			err = restoreKV(&kv, o, own)
 		case *tombstone:
 			kv.Graves = kv.Graves.withOwned(o, own)
@@ -219,7 +206,6 @@ func RestoreAbove(r io.Reader, floor uint64) (*Store, error) {
 			return nil, fmt.Errorf("state: restoring %s: %w", rec.T, err)
 		}
 	}
-	kv.LockFloor = max(kv.LockFloor, floor)
 	if kv.Entries.Len() > 0 || kv.Graves.Len() > 0 || kv.Index != 0 || kv.LockFloor != 0 {
 		must(tx.Insert(tabKVs, &kv))
 	}
@@ -279,8 +265,8 @@ func (tx *wtx) reap(upTo uint64) {
 
 // LockHighWater is the highest LockIndex this store has handed out that
 // it still knows of: its keys' own and the LockFloor its deleted keys
-// left. RestoreAbove takes it as the floor for a backup restored over the
-// store.
+// left. RaiseLockIndexes takes it as the floor for a backup restored over
+// the store.
 func (s *Store) LockHighWater() uint64 {
 	kv := kvTableOf(s.db.Txn(false))
 	hw := kv.LockFloor
@@ -289,4 +275,56 @@ func (s *Store) LockHighWater() uint64 {
 		return true
 	})
 	return hw
+}
+
+// RaiseLockIndexes readies a store read from a backup to replace a live
+// one that has handed out LockIndexes up to floor (its LockHighWater).
+// Every key locked at least once, at a LockIndex of floor or less, moves
+// to floor+1 (held or not), and the LockFloor to at least floor, so no
+// acquisition after the restore repeats a (Key, LockIndex) handed out
+// before it: a fencing token taken from the live state is never valid
+// again for a different holding. Keys never locked keep a LockIndex of 0.
+// It must run before the store is in use: it wakes no watcher.
+func (s *Store) RaiseLockIndexes(floor uint64) {
+	tx := s.write(0, time.Time{})
+	defer tx.Abort()
+	t := tx.kvt()
+	var low []*DirEntry
+	t.Entries.each(func(e *DirEntry) bool {
+		if e.LockIndex != 0 && e.LockIndex <= floor {
+			low = append(low, e)
+		}
+		return true
+	})
+	for _, old := range low {
+		ent := *old
+		ent.LockIndex = floor + 1
+		t.put(&ent, old, tx.kvOwn)
+	}
+	if floor > t.LockFloor {
+		t.LockFloor = floor
+	}
+	tx.kvDirty = true
+	tx.Commit()
+}
+
+// CheckHeld returns an error naming the first key held by a session the
+// store does not have. Raft's own snapshots never hold one; an archive
+// made by hand can, and its key could then never be acquired again.
+func (s *Store) CheckHeld() error {
+	tx := s.db.Txn(false)
+	_, sessions := sessionsOf(tx)
+	var err error
+	kvTableOf(tx).Entries.each(func(e *DirEntry) bool {
+		if e.Session != "" && sessions.get(e.Session) == nil {
+			err = fmt.Errorf("key %q is locked by session %s, which the state does not have", e.Key, e.Session)
+		}
+		return err == nil
+	})
+	return err
+}
+
+// MaxIndex is the highest index any table of the store was changed at.
+func (s *Store) MaxIndex() uint64 {
+	return s.TableIndex(dumped...)
 }

@@ -234,7 +234,7 @@ func TestRestoreSnapshotWithSessionChecks(t *testing.T) {
 // state gave: locked keys come back above the live high-water mark, keys
 // never locked stay at 0, and a key first locked after the restore counts
 // on from the mark.
-func TestRestoreAboveLiveLockIndexes(t *testing.T) {
+func TestRaiseLockIndexesAboveLiveState(t *testing.T) {
 	f := newFx(t)
 	f.session("s1", nil)
 	f.lock("held", "s1", "v")                                                   // LockIndex 1, held
@@ -267,16 +267,23 @@ func TestRestoreAboveLiveLockIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, e := plain.KVGet(nil, "free"); e.LockIndex != 1 {
-		t.Fatalf("plain Restore changed a LockIndex: %+v", e)
+		t.Fatalf("Restore changed a LockIndex: %+v", e)
+	}
+	if got, want := plain.MaxIndex(), f.s.MaxIndex(); got >= want || got == 0 {
+		t.Fatalf("backup's MaxIndex %d, live %d: want the backup's lower and not 0", got, want)
 	}
 
-	s, err := state.RestoreAbove(bytes.NewReader(backup.Bytes()), hw)
+	s, err := state.Restore(bytes.NewReader(backup.Bytes()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := s.CheckHeld(); err != nil {
+		t.Fatal(err)
+	}
+	s.RaiseLockIndexes(hw)
 	for key, want := range map[string]uint64{"held": 10, "free": 10, "plain": 0} {
 		if _, e := s.KVGet(nil, key); e == nil || e.LockIndex != want {
-			t.Fatalf("%s after RestoreAbove(%d) = %+v, want LockIndex %d", key, hw, e, want)
+			t.Fatalf("%s after RaiseLockIndexes(%d) = %+v, want LockIndex %d", key, hw, e, want)
 		}
 	}
 	if _, e := s.KVGet(nil, "held"); e.Session != "s1" || string(e.Value) != "v" {
@@ -293,5 +300,30 @@ func TestRestoreAboveLiveLockIndexes(t *testing.T) {
 		if e := g.get(key); e.LockIndex != want {
 			t.Fatalf("%s acquired after the restore: LockIndex %d, want %d (above the live state's %d)", key, e.LockIndex, want, hw)
 		}
+	}
+}
+
+// A store whose key is held by a session it does not have (only an archive
+// made by hand has one) is named by CheckHeld.
+func TestCheckHeldNamesAnOrphanLock(t *testing.T) {
+	f := newFx(t)
+	f.session("s1", nil)
+	f.lock("k", "s1", "v")
+	var buf bytes.Buffer
+	if err := f.s.Snapshot().Persist(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, line := range strings.SplitAfter(buf.String(), "\n") {
+		if !strings.HasPrefix(line, `{"T":"sessions"`) {
+			kept = append(kept, line)
+		}
+	}
+	s, err := state.Restore(strings.NewReader(strings.Join(kept, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckHeld(); err == nil || !strings.Contains(err.Error(), `key "k" is locked by session s1`) {
+		t.Fatalf("CheckHeld = %v", err)
 	}
 }
