@@ -11,6 +11,7 @@ package fsm
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -55,6 +56,33 @@ const (
 	TypeKVSBinary      Type = 10 // state.KVRequest, binary (EncodeKVS)
 	TypeTxnBinary      Type = 11 // []*state.TxnOp, binary (EncodeTxn)
 )
+
+// lastType is the highest command type this build applies.
+const lastType = TypeTxnBinary
+
+// ErrNewer marks a log entry this build cannot apply because a newer
+// holdfast wrote it (an envelope version or a command type it does not
+// know).
+var ErrNewer = errors.New("written by a newer holdfast")
+
+// CheckEntry says whether this build can apply the command data (a log
+// entry's Data): an error wrapping ErrNewer names an envelope version or
+// command type it does not know. It reads only the envelope; a start
+// checks the entries after its snapshot with it, so that a log from a
+// newer holdfast is refused before the agent serves, not by a panic in
+// the state machine once it does.
+func CheckEntry(data []byte) error {
+	switch {
+	case len(data) > 0 && data[0] != 1 && data[0] != 2:
+		return fmt.Errorf("envelope version %d, which this holdfast does not know: %w", data[0], ErrNewer)
+	case len(data) < headerLen:
+		return fmt.Errorf("a command of %d bytes, shorter than its envelope", len(data))
+	}
+	if t := Type(data[1]); t == 0 || t > lastType {
+		return fmt.Errorf("command type %d, which this holdfast does not know: %w", t, ErrNewer)
+	}
+	return nil
+}
 
 // SessionDestroy is the body of TypeSessionDestroy.
 type SessionDestroy struct{ ID string }
@@ -226,7 +254,7 @@ func dispatchBatch(b *state.Batch, idx uint64, now time.Time, t Type, body []byt
 		err := b.QueryDelete(idx, req.ID)
 		return &Result{OK: err == nil, Err: err}
 	}
-	panic(fmt.Sprintf("fsm: unknown command type %d at index %d", t, idx))
+	panic(fmt.Sprintf("fsm: unknown command type %d at index %d: the raft log is damaged, or was written by a newer holdfast; the state machine stops rather than diverge", t, idx))
 }
 
 // DispatchCommand applies one encoded command (as Encode, EncodeKVS or

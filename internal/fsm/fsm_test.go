@@ -392,3 +392,32 @@ func TestPersistFailureCancelsSink(t *testing.T) {
 func sealed(data []byte) []byte {
 	return binary.LittleEndian.AppendUint32(data, crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)))
 }
+
+func TestCheckEntry(t *testing.T) {
+	ok, err := fsm.Encode(fsm.TypeSessionDestroy, time.Unix(0, 1), fsm.SessionDestroy{ID: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fsm.CheckEntry(ok); err != nil {
+		t.Fatalf("a command of this build: %v", err)
+	}
+	newType := bytes.Clone(ok)
+	newType[1] = 12 // one past TypeTxnBinary, the last
+	newEnvelope := bytes.Clone(ok)
+	newEnvelope[0] = 3
+	for name, c := range map[string]struct {
+		data  []byte
+		newer bool
+		says  string
+	}{
+		"type":     {newType, true, "command type 12, which this holdfast does not know"},
+		"envelope": {newEnvelope, true, "envelope version 3"},
+		"short":    {ok[:4], false, "shorter than its envelope"},
+		"empty":    {nil, false, "a command of 0 bytes"},
+	} {
+		err := fsm.CheckEntry(c.data)
+		if err == nil || errors.Is(err, fsm.ErrNewer) != c.newer || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

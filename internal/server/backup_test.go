@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -205,4 +207,60 @@ func TestStartAfterRestoreCutShort(t *testing.T) {
 		t.Fatalf("gone = %+v, want the backup's state without it", e)
 	}
 	kvs(t, s2, state.OpSet, state.DirEntry{Key: "after", Value: []byte("y")})
+}
+
+// Finding (upgrade audit): a data directory written by a newer holdfast
+// was met by a panic in the state machine after the agent said it was
+// running (a log entry of an unknown command type), or by raft falling
+// back to an older snapshot and the start calling the directory damaged
+// (a snapshot of a newer format). A start now refuses both, saying so.
+func TestStartRefusesNewerData(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		add  func(t *testing.T, st *stores, last uint64)
+		want string
+	}{
+		{"log entry", func(t *testing.T, st *stores, last uint64) {
+			data := make([]byte, 10)
+			data[0], data[1] = 1, 12 // envelope 1, command type 12
+			if err := st.log.StoreLogs([]*raft.Log{{Index: last + 1, Term: 2, Type: raft.LogCommand, Data: data}}); err != nil {
+				t.Fatal(err)
+			}
+		}, "raft log entry %d: command type 12, which this holdfast does not know: written by a newer holdfast"},
+		{"snapshot", func(t *testing.T, st *stores, last uint64) {
+			_, trans := raft.NewInmemTransport("node1")
+			conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: "node1", Address: trans.LocalAddr()}}}
+			sink, err := st.snaps.Create(raft.SnapshotVersionMax, last, 2, conf, 1, trans)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sink.Write([]byte(`{"Version":2}` + "\n"))
+			if err := sink.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}, ": snapshot version 2, where this holdfast reads 1: written by a newer holdfast"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clocktest.NewFake(epoch)
+			dir := t.TempDir()
+			s := newTestServer(t, dir, clk)
+			kvs(t, s, state.OpSet, state.DirEntry{Key: "k", Value: []byte("v")})
+			s.Shutdown()
+			st, err := openStores(dir, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last, _ := st.log.LastIndex()
+			c.add(t, st, last)
+			st.close()
+			_, err = New(testConfig(dir, clk, nil))
+			want := c.want
+			if strings.Contains(want, "%d") {
+				want = fmt.Sprintf(want, last+1)
+			}
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("New on a directory with a newer %s: %v; want it refused with %q", c.name, err, want)
+			}
+		})
+	}
 }

@@ -619,6 +619,10 @@ func checkLogFiles(raftDir, snapDir string, logger hclog.Logger) error {
 	meta := &metadb.BoltMetaDB{}
 	defer meta.Close()
 	ps, err := loadMeta(meta, raftDir)
+	if errors.Is(err, os.ErrPermission) {
+		// Not damage: moving the directory aside would throw its data away.
+		return fmt.Errorf("server: reading %s: %w%s", metaPath, err, permissionHint(err))
+	}
 	if err != nil {
 		return fmt.Errorf("server: reading %s: %w; %s", metaPath, err, aside)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/holdfast/holdfast/internal/fsm"
 	"github.com/holdfast/holdfast/internal/gossip"
 	"github.com/holdfast/holdfast/internal/logsample"
+	"github.com/holdfast/holdfast/internal/state"
 	"github.com/holdfast/holdfast/internal/ttl"
 )
 
@@ -278,6 +279,10 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	if has {
+		if err := refuseNewer(st); err != nil {
+			s.closeStores()
+			return nil, fmt.Errorf("server: %w", err)
+		}
 		if err := dropLogBehindSnapshot(st, s.log); err != nil {
 			s.closeStores()
 			return nil, fmt.Errorf("server: %w", err)
@@ -351,6 +356,52 @@ func newRaft(rc *raft.Config, f raft.FSM, st *stores, trans raft.Transport, dir 
 			"or was written by a newer holdfast", err, filepath.Join(dir, snapshotDirName))
 	}
 	return r, err
+}
+
+// refuseNewer refuses a data directory that a newer holdfast wrote: its
+// newest snapshot in a newer format, or a log entry after it with a newer
+// envelope or command type. Without it, the first made raft fall back to
+// an older snapshot and then report the log as damaged ("log entries are
+// missing"), and the second panicked in the state machine after the agent
+// said it was running.
+func refuseNewer(st *stores) error {
+	metas, err := st.snaps.List()
+	if err != nil {
+		return nil // raft's start reports it
+	}
+	var from uint64
+	if len(metas) > 0 {
+		from = metas[0].Index + 1
+		open := st.snaps.Open
+		if t, ok := st.snaps.(*tidySnapshots); ok {
+			open = t.FileSnapshotStore.Open // without the "snapshot read" line
+		}
+		if _, rc, err := open(metas[0].ID); err == nil {
+			err = state.CheckSnapshotVersion(rc)
+			rc.Close()
+			if errors.Is(err, state.ErrNewerSnapshot) {
+				return fmt.Errorf("the newest snapshot, %s: %v (run that holdfast, or a newer one, on this data directory)", metas[0].ID, strings.TrimPrefix(err.Error(), "state: "))
+			}
+		}
+	}
+	first, ferr := st.log.FirstIndex()
+	last, lerr := st.log.LastIndex()
+	if ferr != nil || lerr != nil || last == 0 {
+		return nil
+	}
+	for i := max(first, from); i <= last; i++ {
+		var l raft.Log
+		if err := st.log.GetLog(i, &l); err != nil {
+			return nil // raft's start reports a log it cannot read
+		}
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		if err := fsm.CheckEntry(l.Data); errors.Is(err, fsm.ErrNewer) {
+			return fmt.Errorf("raft log entry %d: %v (run that holdfast, or a newer one, on this data directory)", i, err)
+		}
+	}
+	return nil
 }
 
 // dropLogBehindSnapshot deletes a log that ends before the newest

@@ -148,15 +148,36 @@ func newObj(table string) (interface{}, error) {
 	return nil, fmt.Errorf("state: snapshot has unknown table %q", table)
 }
 
+// ErrNewerSnapshot marks a snapshot of a format newer than this build's.
+var ErrNewerSnapshot = errors.New("written by a newer holdfast")
+
+// CheckSnapshotVersion reads a snapshot's header and says whether this
+// build reads its format: an error wrapping ErrNewerSnapshot if a newer
+// holdfast wrote it.
+func CheckSnapshotVersion(r io.Reader) error {
+	_, err := snapshotHeader(json.NewDecoder(r))
+	return err
+}
+
+func snapshotHeader(dec *json.Decoder) (int, error) {
+	var hdr struct{ Version int }
+	if err := dec.Decode(&hdr); err != nil {
+		return 0, fmt.Errorf("state: reading snapshot header: %w", err)
+	}
+	switch {
+	case hdr.Version > snapshotVersion:
+		return 0, fmt.Errorf("state: snapshot version %d, where this holdfast reads %d: %w", hdr.Version, snapshotVersion, ErrNewerSnapshot)
+	case hdr.Version != snapshotVersion:
+		return 0, fmt.Errorf("state: snapshot version %d is not supported (want %d)", hdr.Version, snapshotVersion)
+	}
+	return hdr.Version, nil
+}
+
 // Restore reads a snapshot written by Persist into a new Store.
 func Restore(r io.Reader) (*Store, error) {
 	dec := json.NewDecoder(bufio.NewReaderSize(r, 1<<16))
-	var hdr struct{ Version int }
-	if err := dec.Decode(&hdr); err != nil {
-		return nil, fmt.Errorf("state: reading snapshot header: %w", err)
-	}
-	if hdr.Version != snapshotVersion {
-		return nil, fmt.Errorf("state: snapshot version %d is not supported (want %d)", hdr.Version, snapshotVersion)
+	if _, err := snapshotHeader(dec); err != nil {
+		return nil, err
 	}
 	s := New()
 	tx := s.db.Txn(true)
