@@ -517,7 +517,7 @@ func logGapError(st *stores, dir string) error {
 		where = "the data directory " + dir
 	}
 	return fmt.Errorf("log entries are missing in %s: the raft log starts at index %d, and no snapshot "+
-		"that could be restored covers the entries before it (readable snapshots: %s); "+
+		"that could be restored covers the entries before it (snapshots found: %s; raft's log above says why each it tried did not restore); "+
 		"the state cannot be rebuilt from this directory, which is damaged (a snapshot lost, or one that does not read back)",
 		where, first, found)
 }
