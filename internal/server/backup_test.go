@@ -264,3 +264,27 @@ func TestStartRefusesNewerData(t *testing.T) {
 		})
 	}
 }
+
+// A data directory records its format; one of a newer format is refused
+// by name, before anything of it is read.
+func TestStartRefusesNewerDataFormat(t *testing.T) {
+	clk := clocktest.NewFake(epoch)
+	dir := t.TempDir()
+	s := newTestServer(t, dir, clk)
+	s.Shutdown()
+	st, err := openStores(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := st.stable.GetUint64(formatKey); err != nil || v != dataFormat {
+		t.Fatalf("format recorded: %d, %v; want %d", v, err, dataFormat)
+	}
+	if err := st.stable.SetUint64(formatKey, dataFormat+1); err != nil {
+		t.Fatal(err)
+	}
+	st.close()
+	_, err = New(testConfig(dir, clk, nil))
+	if want := fmt.Sprintf("is in data format %d, written by a newer holdfast", dataFormat+1); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("New: %v; want %q", err, want)
+	}
+}

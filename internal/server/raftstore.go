@@ -182,6 +182,34 @@ func openInmemStores() (*stores, error) {
 // tests that checks every write is synced before StoreLogs returns.
 // segSize is the segment size, 0 for raft-wal's (64 MiB); tests make it
 // small to reach a rotation.
+// dataFormat is the data directory format this build writes, kept in the
+// raft meta store under formatKey. A build whose replay or snapshots would
+// read a directory of this build differently (a state-machine rule that
+// changes what replaying a log gives, as 30c94e9's LockIndex rule did)
+// raises it, so that an older build refuses that directory by name rather
+// than serve it changed. Command types and snapshot versions a build does
+// not know are refused anyway (refuseNewer).
+const dataFormat = 1
+
+var formatKey = []byte("holdfast_data_format")
+
+// checkFormat refuses a directory of a newer data format and records this
+// build's on one that has none (every directory before the key existed is
+// format 1).
+func checkFormat(stable raft.StableStore, raftDir string) error {
+	v, err := stable.GetUint64(formatKey)
+	if err != nil {
+		return fmt.Errorf("server: reading the data format from %s: %w", raftDir, err)
+	}
+	if v > dataFormat {
+		return fmt.Errorf("server: %s is in data format %d, written by a newer holdfast; this one reads format %d: run that holdfast, or a newer one", raftDir, v, dataFormat)
+	}
+	if v < dataFormat {
+		return stable.SetUint64(formatKey, dataFormat)
+	}
+	return nil
+}
+
 func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS, segSize int) (*stores, error) {
 	raftDir := filepath.Join(dir, raftDirName)
 	for _, d := range []string{dir, raftDir, filepath.Join(dir, snapshotDirName)} {
@@ -257,6 +285,9 @@ func openDiskStores(dir string, logger hclog.Logger, vfs types.VFS, segSize int)
 		return closeErr
 	}
 	stable := &loudStable{StableStore: w, dir: raftDir, log: logger}
+	if err := checkFormat(stable, raftDir); err != nil {
+		return fail(err)
+	}
 	return &stores{log: cached, stable: stable, snaps: snaps, close: closeFn, failed: guard.failed,
 		growth: cached.growth, size: func() (int64, error) { return segmentBytes(raftDir) }}, nil
 }
