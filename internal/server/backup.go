@@ -76,8 +76,8 @@ func (s *Server) openSnapshot() (*raft.SnapshotMeta, io.ReadCloser, error) {
 // catalog at once, and the agent's own checks and services written again
 // (Config.OnSelfRegistered).
 //
-// A damaged or foreign archive is an *ArchiveError and changes nothing;
-// so is a caller gone (ctx) before the state is touched.
+// A damaged or foreign archive is an *ArchiveError and changes nothing,
+// and so does a restore whose caller is gone (ctx) before it would begin.
 func (s *Server) RestoreSnapshot(ctx context.Context, r io.Reader) error {
 	meta, restored, err := ReadArchive(r)
 	if err != nil {
