@@ -111,7 +111,8 @@ func WriteArchive(w io.Writer, meta ArchiveMeta, st io.Reader) error {
 // itself.
 func ReadArchive(r io.Reader) (ArchiveMeta, *state.Store, error) {
 	var meta ArchiveMeta
-	zr, err := gzip.NewReader(bufio.NewReader(sourceReader{r}))
+	src := &sourceReader{r: r}
+	zr, err := gzip.NewReader(bufio.NewReader(src))
 	if err != nil {
 		return meta, nil, readFault("it is not gzip-compressed", err)
 	}
@@ -143,7 +144,7 @@ func ReadArchive(r io.Reader) (ArchiveMeta, *state.Store, error) {
 		h := sha256.New()
 		body := io.TeeReader(tr, h)
 		if name == archiveStateName {
-			st, err = state.Restore(body)
+			st, err = state.Restore(&bombGuard{r: body, src: src})
 			if err != nil {
 				return meta, nil, readFault("its state does not read back", err)
 			}
@@ -238,6 +239,10 @@ func readFault(what string, err error) error {
 	if errors.As(err, &re) {
 		return re.err
 	}
+	var ae *ArchiveError
+	if errors.As(err, &ae) {
+		return ae // found below the decoder (bombGuard)
+	}
 	return archiveErrorf("%s (%v)", what, err)
 }
 
@@ -248,11 +253,15 @@ type readError struct{ err error }
 func (e *readError) Error() string { return e.err.Error() }
 
 // sourceReader wraps the archive's reader so that its own failures are
-// told apart from damage.
-type sourceReader struct{ r io.Reader }
+// told apart from damage, and counts the bytes read.
+type sourceReader struct {
+	r io.Reader
+	n int64
+}
 
-func (s sourceReader) Read(p []byte) (int, error) {
+func (s *sourceReader) Read(p []byte) (int, error) {
 	n, err := s.r.Read(p)
+	s.n += int64(n)
 	if err != nil && !errors.Is(err, io.EOF) {
 		err = &readError{err}
 	}
@@ -265,4 +274,30 @@ func CountArchiveState(st *state.Store) (keys, sessions int) {
 	_, kvs := st.KVList(nil, "")
 	_, all := st.SessionList(nil)
 	return len(kvs), len(all)
+}
+
+// A state.bin that expands more than bombRatio-fold from the compressed
+// bytes read so far, past bombFloor, is refused while it is decoded: a
+// 1 MB archive whose state was one key with a 1 GiB value of one byte
+// repeated took the agent to 6 GB. The archives holdfast writes expand
+// 1.3-fold (random values) to 180-fold (values of one byte repeated).
+const bombRatio = 500
+
+// bombFloor is a variable for the tests, which lower it.
+var bombFloor int64 = 256 << 20
+
+// bombGuard reads state.bin for ReadArchive, refusing a decompression bomb.
+type bombGuard struct {
+	r   io.Reader
+	src *sourceReader
+	n   int64
+}
+
+func (b *bombGuard) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if b.n > bombFloor && b.n > bombRatio*b.src.n {
+		return n, archiveErrorf("its state.bin expands more than %d-fold (%d bytes from %d): not an archive holdfast wrote", bombRatio, b.n, b.src.n)
+	}
+	return n, err
 }

@@ -151,3 +151,26 @@ func FuzzReadArchive(f *testing.F) {
 		}
 	})
 }
+
+// Finding (verification of the restore fixes): a 1 MB archive whose state
+// was valid JSON with a 1 GiB value took the agent to 6 GB and was
+// restored. A state.bin that expands more than bombRatio-fold past
+// bombFloor is refused as it is read.
+func TestReadArchiveRefusesBomb(t *testing.T) {
+	defer func(f int64) { bombFloor = f }(bombFloor)
+	bombFloor = 4 << 20
+	var state strings.Builder
+	state.WriteString(`{"Version":1}` + "\n" + `{"T":"kvs","V":{"Key":"k","Value":"`)
+	state.WriteString(strings.Repeat("A", int(bombFloor)+(1<<20)))
+	state.WriteString(`"}}` + "\n")
+	st := state.String()
+	var buf bytes.Buffer
+	if err := WriteArchive(&buf, ArchiveMeta{ID: "1-9-1", Size: int64(len(st)), Index: 9, Term: 1, Version: 1}, strings.NewReader(st)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := ReadArchive(&buf)
+	var ae *ArchiveError
+	if !errors.As(err, &ae) || !strings.Contains(err.Error(), "-fold") || strings.Contains(err.Error(), "does not read back") {
+		t.Fatalf("bomb of %d bytes in %d: %v", len(st), buf.Len(), err)
+	}
+}

@@ -96,7 +96,15 @@ func (s *Server) RestoreSnapshot(ctx context.Context, r io.Reader) error {
 	}
 	replaced, err := s.restoreHeld(meta, restored)
 	if replaced {
+		// The timers follow the new state before the gate opens: each
+		// expiry decided so far (under expMu, at the epoch then) is
+		// refused by replaced, and each decided from now on finds the
+		// session re-armed, or gone.
+		s.expMu.Lock()
+		s.timers.Clear()
+		s.resetSessionTimers()
 		s.gate.replaced()
+		s.expMu.Unlock()
 	}
 	s.gate.pass(s.raft)
 	if !replaced {
@@ -107,12 +115,9 @@ func (s *Server) RestoreSnapshot(ctx context.Context, r io.Reader) error {
 		// that follows it (leadership lost): the state is the backup's.
 		s.log.Warn("the backup snapshot is in, but raft could not commit after it", "error", err)
 	}
-	// The leader's soft state follows the new state: timers for its
-	// sessions and none for the sessions gone; the stamps' clock if the
-	// backup's lock-delays run ahead of it; the pool's members and this
-	// agent's registrations, which the backup knows as they were then.
-	s.timers.Clear()
-	s.resetSessionTimers()
+	// The rest of the leader's soft state follows: the stamps' clock if
+	// the backup's lock-delays run ahead of it; the pool's members and
+	// this agent's registrations, which the backup knows as they were.
 	s.raiseStamps()
 	if s.serf != nil {
 		s.serf.wakeFull()

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -286,5 +288,49 @@ func TestStartRefusesNewerDataFormat(t *testing.T) {
 	_, err = New(testConfig(dir, clk, nil))
 	if want := fmt.Sprintf("is in data format %d, written by a newer holdfast", dataFormat+1); err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("New: %v; want %q", err, want)
+	}
+}
+
+// Finding (verification of the restore fixes): with the snapshot a cut
+// restore left damaged too, deleting the log lost acknowledged writes that
+// raft, falling back to the older snapshot, would have replayed from it.
+// A log behind a snapshot that does not read back is kept.
+func TestStartKeepsLogBehindDamagedSnapshot(t *testing.T) {
+	clk := clocktest.NewFake(epoch)
+	dir := t.TempDir()
+	s := newTestServer(t, dir, clk)
+	kvs(t, s, state.OpSet, state.DirEntry{Key: "k", Value: []byte("v")})
+	if _, rc, err := s.SaveSnapshot(); err != nil { // a snapshot for raft to fall back to
+		t.Fatal(err)
+	} else {
+		rc.Close()
+	}
+	kvs(t, s, state.OpSet, state.DirEntry{Key: "acked", Value: []byte("1")})
+	s.Shutdown()
+
+	st, err := openStores(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := st.log.LastIndex()
+	_, trans := raft.NewInmemTransport("node1")
+	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: "node1", Address: trans.LocalAddr()}}}
+	sink, err := st.snaps.Create(raft.SnapshotVersionMax, last+2, 2, conf, 1, trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.Write([]byte(`{"Version":1}` + "\n"))
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	id := sink.ID()
+	st.close()
+	// Damage it: the CRC raft keeps no longer matches.
+	if err := os.WriteFile(filepath.Join(dir, snapshotDirName, id, "state.bin"), []byte(`{"Version":9}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newTestServer(t, dir, clk)
+	if _, e := s2.State().KVGet(nil, "acked"); e == nil || string(e.Value) != "1" {
+		t.Fatalf("acked = %+v: the log behind the damaged snapshot was dropped", e)
 	}
 }

@@ -179,6 +179,13 @@ func (g *applyGate) hold() error {
 	return nil
 }
 
+// holding reports whether a holder (a restore) has the baton.
+func (g *applyGate) holding() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held
+}
+
 // Epoch is the count of restores so far (see enterAt).
 func (g *applyGate) Epoch() uint64 {
 	g.mu.Lock()
@@ -222,9 +229,7 @@ func (g *applyGate) close() <-chan struct{} {
 		close(w.in)
 	}
 	g.waiting = nil
-	// A holder (a restore) is not waited for: it waits on raft, which
-	// answers it once shut down, and raft shuts down after this drains.
-	if !g.busy || g.held {
+	if !g.busy {
 		done := make(chan struct{})
 		close(done)
 		return done

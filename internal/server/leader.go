@@ -226,6 +226,10 @@ func (s *Server) onSessionExpired(id string) {
 		return // renewed after this deadline fired: the renewal won
 	}
 	s.expiring[id] = struct{}{}
+	// The destroy is pinned to the state it is judged on: a restore of a
+	// backup after this point refuses it at the gate, and re-arms the
+	// session's timer (RestoreSnapshot, also under expMu).
+	epoch := s.gate.Epoch()
 	s.expMu.Unlock()
 	s.wg.Add(1)
 	go func() {
@@ -235,9 +239,6 @@ func (s *Server) onSessionExpired(id string) {
 			delete(s.expiring, id)
 			s.expMu.Unlock()
 		}()
-		// The destroy is pinned to the state it was judged on: a restore
-		// of a backup in between re-arms the session's timer instead.
-		epoch := s.gate.Epoch()
 		if _, sess := s.State().SessionGet(nil, id); sess == nil {
 			return // already invalidated another way (destroy, check, node)
 		}

@@ -431,6 +431,19 @@ func dropLogBehindSnapshot(st *stores, logger hclog.Logger) error {
 	if last == 0 || last >= metas[0].Index {
 		return nil
 	}
+	// Only for a snapshot that reads back (a file snapshot's Open checks
+	// its CRC): were it damaged too, raft would fall back to an older one,
+	// which needs the log.
+	open := st.snaps.Open
+	if t, ok := st.snaps.(*tidySnapshots); ok {
+		open = t.FileSnapshotStore.Open
+	}
+	_, rc, err := open(metas[0].ID)
+	if err != nil {
+		logger.Warn("the raft log ends before the newest snapshot, which does not read back: keeping the log", "snapshot", metas[0].ID, "error", err)
+		return nil
+	}
+	rc.Close()
 	logger.Warn("the raft log ends before the newest snapshot (a restore of a backup was cut short): deleting the log, which the snapshot holds",
 		"log_first", first, "log_last", last, "snapshot_index", metas[0].Index)
 	if err := st.log.DeleteRange(first, last); err != nil {
@@ -543,12 +556,26 @@ func (s *Server) Shutdown() error {
 		// within a store, at once if leadership is lost, or, on a disk
 		// that stalls, when the disk answers, which raft.Shutdown would
 		// wait for anyway.
+		//
+		// A restore of a backup holding the gate is waited for too, but
+		// not for ever: stopped while the state machine loads the backup,
+		// raft panics ("failed to restore snapshot: raft is already
+		// shutdown"), and a restore that waits for a leadership this
+		// server lost waits for the shutdown itself.
+		restoring := s.gate.holding()
 		drained := s.gate.close()
+		if restoring {
+			// ApplyTimeout, 30 s by default: a 313 MiB state loads in
+			// about 6 s here.
+			s.log.Info("shutdown is waiting for the restore of a backup to finish", "at_most", s.cfg.ApplyTimeout)
+		}
 		select {
 		case <-drained:
 		case <-time.After(s.cfg.ApplyTimeout):
-			s.log.Warn("shutdown is waiting for writes still in raft")
-			<-drained
+			if !restoring {
+				s.log.Warn("shutdown is waiting for writes still in raft")
+				<-drained
+			}
 		}
 		s.stopGossip()
 		// The session timers start each expiry in a goroutine counted by
