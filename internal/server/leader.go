@@ -253,7 +253,8 @@ func (s *Server) onSessionExpired(id string) {
 		case err == ErrShuttingDown || err == ErrNoLeader || errors.As(err, new(*OutcomeUnknownError)) ||
 			errors.Is(err, errStateReplaced):
 			// The next leader arms the timer again (and, when the
-			// destroy did reach the log, finds the session gone).
+			// destroy did reach the log, finds the session gone); a
+			// restore that replaced the state has re-armed it already.
 		default:
 			s.log.Warn("invalidating an expired session failed; trying again", "session", id, "in", expiryRetry, "error", err)
 			s.timers.Reset(id, expiryRetry)

@@ -198,7 +198,6 @@ func (sf *serfState) memberEvent(ev gossip.Event) {
 	}
 }
 
-// wake makes the reconcile loop look again (leadership gained).
 // wakeFull asks the loop for a full reconcile now: after a restore of a
 // backup, whose catalog knows the pool of its own time.
 func (sf *serfState) wakeFull() {
@@ -206,6 +205,7 @@ func (sf *serfState) wakeFull() {
 	sf.wake()
 }
 
+// wake makes the reconcile loop look again (leadership gained).
 func (sf *serfState) wake() {
 	select {
 	case sf.kick <- struct{}{}:
