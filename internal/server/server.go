@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -372,11 +373,7 @@ func refuseNewer(st *stores) error {
 	var from uint64
 	if len(metas) > 0 {
 		from = metas[0].Index + 1
-		open := st.snaps.Open
-		if t, ok := st.snaps.(*tidySnapshots); ok {
-			open = t.FileSnapshotStore.Open // without the "snapshot read" line
-		}
-		if _, rc, err := open(metas[0].ID); err == nil {
+		if _, rc, err := openQuietly(st, metas[0].ID); err == nil {
 			err = state.CheckSnapshotVersion(rc)
 			rc.Close()
 			if errors.Is(err, state.ErrNewerSnapshot) {
@@ -402,6 +399,16 @@ func refuseNewer(st *stores) error {
 		}
 	}
 	return nil
+}
+
+// openQuietly opens snapshot id for a look before raft starts: without
+// the "snapshot read" line a restore logs. A file snapshot's Open checks
+// its CRC.
+func openQuietly(st *stores, id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	if t, ok := st.snaps.(*tidySnapshots); ok {
+		return t.FileSnapshotStore.Open(id)
+	}
+	return st.snaps.Open(id)
 }
 
 // dropLogBehindSnapshot deletes a log that ends before the newest
@@ -431,14 +438,9 @@ func dropLogBehindSnapshot(st *stores, logger hclog.Logger) error {
 	if last == 0 || last >= metas[0].Index {
 		return nil
 	}
-	// Only for a snapshot that reads back (a file snapshot's Open checks
-	// its CRC): were it damaged too, raft would fall back to an older one,
-	// which needs the log.
-	open := st.snaps.Open
-	if t, ok := st.snaps.(*tidySnapshots); ok {
-		open = t.FileSnapshotStore.Open
-	}
-	_, rc, err := open(metas[0].ID)
+	// Only for a snapshot that reads back: were it damaged too, raft
+	// would fall back to an older one, which needs the log.
+	_, rc, err := openQuietly(st, metas[0].ID)
 	if err != nil {
 		logger.Warn("the raft log ends before the newest snapshot, which does not read back: keeping the log", "snapshot", metas[0].ID, "error", err)
 		return nil
