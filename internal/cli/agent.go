@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/holdfast/holdfast/clock"
 	"github.com/holdfast/holdfast/internal/agent"
 	"github.com/holdfast/holdfast/internal/httpapi"
 	"github.com/holdfast/holdfast/internal/httpserve"
@@ -263,9 +264,9 @@ func limitHTTPConns(ln net.Listener, logger hclog.Logger) net.Listener {
 			"(its open-file limit, ulimit -n, is %d, and it keeps %d for its own files); "+
 			"raise the limit, or look for a client that leaks connections", open, limit, limit-most), "refused", refused)
 	}
-	sample := &logsample.Sampler{Every: 10 * time.Second, Flush: func(n int) { warn(most, n) }}
+	sample := &logsample.Sampler{Every: 10 * time.Second, Clock: clock.Real(), Flush: func(n int) { warn(most, n) }}
 	return httpserve.LimitConns(ln, most, func(open int) {
-		if n := sample.Note(time.Now()); n > 0 {
+		if n := sample.Note(); n > 0 {
 			warn(open, n)
 		}
 	})

@@ -68,7 +68,7 @@ var lattice = map[string][]string{
 	"internal/gossip":  {"clock", "internal/state"},
 	"internal/httpapi": {"clock", "internal/logsample", "internal/state", "internal/watch"},
 	// A leaf: one log line per interval for repeated events.
-	"internal/logsample": {},
+	"internal/logsample": {"clock"},
 	// The HTTP/1.1 connection loop: net/http's parser and types, nothing
 	// of holdfast's.
 	"internal/httpserve": {},

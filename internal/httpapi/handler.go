@@ -108,7 +108,7 @@ type route struct {
 // every request's context bounds the backend calls made for it.
 func New(b Backend, opts Options) http.Handler {
 	h := &handler{b: b, opts: opts.withDefaults()}
-	h.noLeader = logsample.Sampler{Every: noLeaderEvery, Flush: func(n int) {
+	h.noLeader = logsample.Sampler{Every: noLeaderEvery, Clock: h.opts.Clock, Flush: func(n int) {
 		h.opts.Logger.Warn("refused requests: no cluster leader yet", "refused", n)
 	}}
 	h.handle("/v1/kv", true, "GET", h.kvGet, "PUT", h.kvPut, "DELETE", h.kvDelete)
@@ -256,7 +256,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case status < 500 || kind == KindNotImplemented || err == errCancelled:
 	case messageOf(err) == errNoLeader.Msg:
-		if n := h.noLeader.Note(h.opts.Clock.Now()); n > 0 {
+		if n := h.noLeader.Note(); n > 0 {
 			h.opts.Logger.Warn("refusing requests: no cluster leader yet (a start replaying its log, or an election)",
 				"refused", n, "latest", r.Method+" "+r.URL.Path)
 		}

@@ -10,6 +10,8 @@ package logsample
 import (
 	"sync"
 	"time"
+
+	"github.com/holdfast/holdfast/clock"
 )
 
 // Sampler counts events; with Every set it is ready, and logs the first.
@@ -17,10 +19,12 @@ type Sampler struct {
 	// Every is the least time between two logged events.
 	Every time.Duration
 	// Flush, if set, is called with the number of events held back when
-	// their interval ends with no later event to report them. It runs on
-	// a timer of the real clock: it only writes a log line, which no
-	// test's outcome depends on.
+	// their interval ends with no later event to report them, on a timer
+	// of Clock.
 	Flush func(n int)
+	// Clock reads the time of each event and runs Flush's timer: the
+	// caller's, so that a test's fake clock moves both (nil: the real one).
+	Clock clock.Clock
 
 	mu    sync.Mutex
 	next  time.Time
@@ -28,16 +32,21 @@ type Sampler struct {
 	armed bool
 }
 
-// Note counts one event at now and returns how many to report with it
+// Note counts one event, now on Clock, and returns how many to report with it
 // (itself and those held back since the last line), or 0 to log nothing.
-func (s *Sampler) Note(now time.Time) int {
+func (s *Sampler) Note() int {
+	c := s.Clock
+	if c == nil {
+		c = clock.Real()
+	}
+	now := c.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.count++
 	if now.Before(s.next) {
 		if s.Flush != nil && !s.armed {
 			s.armed = true
-			time.AfterFunc(s.next.Sub(now), s.flush)
+			c.AfterFunc(s.next.Sub(now), s.flush)
 		}
 		return 0
 	}

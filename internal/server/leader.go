@@ -245,7 +245,7 @@ func (s *Server) onSessionExpired(id string) {
 		_, err := s.applyAt(epoch, fsm.TypeSessionDestroy, fsm.SessionDestroy{ID: id})
 		switch {
 		case err == nil:
-			if n := s.expiredLog.Note(s.clk.Now()); n > 0 {
+			if n := s.expiredLog.Note(); n > 0 {
 				s.log.Info("session invalidated: its TTL lapsed", "session", id, "lapsed_since_last_line", n)
 			} else {
 				s.log.Debug("session expired", "session", id)

@@ -223,7 +223,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.stores = st
-	s.expiredLog = logsample.Sampler{Every: expiredLogEvery, Flush: func(n int) {
+	s.expiredLog = logsample.Sampler{Every: expiredLogEvery, Clock: s.clk, Flush: func(n int) {
 		s.log.Info("sessions invalidated: their TTL lapsed", "count", n)
 	}}
 	s.stampBase = cfg.Clock.Now()
