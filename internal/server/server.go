@@ -373,10 +373,12 @@ func refuseNewer(st *stores) error {
 	var from uint64
 	if len(metas) > 0 {
 		from = metas[0].Index + 1
-		if _, rc, err := openQuietly(st, metas[0].ID); err == nil {
+		if rc, err := peekSnapshot(st, metas[0].ID); err == nil {
 			err = state.CheckSnapshotVersion(rc)
 			rc.Close()
-			if errors.Is(err, state.ErrNewerSnapshot) {
+			// A damaged snapshot is raft's to report: the whole read that
+			// checks its CRC is made only for one that claims to be newer.
+			if errors.Is(err, state.ErrNewerSnapshot) && snapshotReadBack(st, metas[0].ID) == nil {
 				return fmt.Errorf("the newest snapshot, %s: %v (run that holdfast, or a newer one, on this data directory)", metas[0].ID, strings.TrimPrefix(err.Error(), "state: "))
 			}
 		}
@@ -401,14 +403,34 @@ func refuseNewer(st *stores) error {
 	return nil
 }
 
-// openQuietly opens snapshot id for a look before raft starts: without
-// the "snapshot read" line a restore logs. A file snapshot's Open checks
-// its CRC.
-func openQuietly(st *stores, id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+// snapshotStateFile is the file of a file snapshot that holds the state
+// (raft's FileSnapshotStore layout: <snapshots>/<id>/state.bin).
+const snapshotStateFile = "state.bin"
+
+// peekSnapshot opens snapshot id's state for a look at its header, without
+// the whole read a file snapshot's Open makes to check its CRC: raft reads
+// the newest snapshot whole once more when it restores it.
+func peekSnapshot(st *stores, id string) (io.ReadCloser, error) {
 	if t, ok := st.snaps.(*tidySnapshots); ok {
-		return t.FileSnapshotStore.Open(id)
+		return os.Open(filepath.Join(t.dir, id, snapshotStateFile))
 	}
-	return st.snaps.Open(id)
+	_, rc, err := st.snaps.Open(id)
+	return rc, err
+}
+
+// snapshotReadBack opens snapshot id and says why it does not, which for
+// a file snapshot means reading it whole to check its CRC (without the
+// "snapshot read" line a restore logs).
+func snapshotReadBack(st *stores, id string) error {
+	open := st.snaps.Open
+	if t, ok := st.snaps.(*tidySnapshots); ok {
+		open = t.FileSnapshotStore.Open
+	}
+	_, rc, err := open(id)
+	if err != nil {
+		return err
+	}
+	return rc.Close()
 }
 
 // dropLogBehindSnapshot deletes a log that ends before the newest
@@ -440,12 +462,10 @@ func dropLogBehindSnapshot(st *stores, logger hclog.Logger) error {
 	}
 	// Only for a snapshot that reads back: were it damaged too, raft
 	// would fall back to an older one, which needs the log.
-	_, rc, err := openQuietly(st, metas[0].ID)
-	if err != nil {
+	if err := snapshotReadBack(st, metas[0].ID); err != nil {
 		logger.Warn("the raft log ends before the newest snapshot, which does not read back: keeping the log", "snapshot", metas[0].ID, "error", err)
 		return nil
 	}
-	rc.Close()
 	logger.Warn("the raft log ends before the newest snapshot (a restore of a backup was cut short): deleting the log, which the snapshot holds",
 		"log_first", first, "log_last", last, "snapshot_index", metas[0].Index)
 	if err := st.log.DeleteRange(first, last); err != nil {
