@@ -155,8 +155,8 @@ func ReadArchive(r io.Reader) (ArchiveMeta, *state.Store, error) {
 			}
 			stSize = hdr.Size
 		} else {
-			b, err := readAllSized(body, hdr.Size)
-			if err != nil {
+			b := make([]byte, hdr.Size) // at most maxArchiveMeta
+			if _, err := io.ReadFull(body, b); err != nil {
 				return meta, nil, readFault("its "+name+" is cut short", err)
 			}
 			files[name] = b
@@ -220,17 +220,6 @@ func ReadArchive(r io.Reader) (ArchiveMeta, *state.Store, error) {
 // far enough below 2^64 that raft's index after the restore (one past the
 // larger of its own and the archive's) cannot wrap.
 const maxArchiveIndex = 1 << 62
-
-// readAllSized reads exactly n bytes of r, growing its buffer as the
-// bytes come rather than trusting n for one allocation.
-func readAllSized(r io.Reader, n int64) ([]byte, error) {
-	var buf bytes.Buffer
-	buf.Grow(int(min(n, 1<<20)))
-	if _, err := io.CopyN(&buf, r, n); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
 
 // readFault is an archive fault found by a decoder, unless the reader
 // under it failed (a client that hung up), which stays what it is.
