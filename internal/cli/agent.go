@@ -125,6 +125,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	// The agent is made after the server it writes through; the server's
 	// hook finds it here once it exists.
 	var agentRef atomic.Pointer[agent.Agent]
+	agentTelemetry() // before raft starts, so that its first metrics are kept
 	srv, err := server.New(server.Config{
 		NodeName: *node, Datacenter: *dc, DataDir: dir, RaftAddr: *raftAddr,
 		HTTPAddr: ln.Addr().String(), Logger: logger,

@@ -283,6 +283,7 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 	defer ln.Close()
 	ln = limitHTTPConns(ln, o.logger)
 
+	agentTelemetry() // before gossip starts, so that its first metrics are kept
 	gc := o.gossip.config(o.logger, map[string]string{"role": "client", "dc": o.datacenter, "http": ln.Addr().String()})
 	gc.Name = o.node
 	pool, err := gossip.New(*gc)
@@ -596,6 +597,9 @@ func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/v1/agent/self":
 		c.serveSelf(w, r)
+		return
+	case "/v1/agent/metrics":
+		agentTelemetry().serveMetrics(w, r)
 		return
 	case "/v1/session/create":
 		if r.Method == http.MethodPut || r.Method == http.MethodPost {

@@ -33,7 +33,8 @@ type poolView interface {
 }
 
 // withAgentRoutes serves the agent's own endpoints, those that need the
-// gossip pool, and hands everything else to next. It matches the path
+// gossip pool or the process's metrics, and hands everything else to
+// next. It matches the path
 // exactly and does no cleaning, so KV keys with odd slashes reach next
 // untouched.
 func withAgentRoutes(pool *gossip.Pool, next http.Handler) http.Handler {
@@ -42,8 +43,12 @@ func withAgentRoutes(pool *gossip.Pool, next http.Handler) http.Handler {
 		view = pool
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/agent/members" {
+		switch r.URL.Path {
+		case "/v1/agent/members":
 			serveMembers(view, w, r)
+			return
+		case "/v1/agent/metrics":
+			agentTelemetry().serveMetrics(w, r)
 			return
 		}
 		next.ServeHTTP(w, r)

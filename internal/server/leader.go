@@ -242,9 +242,11 @@ func (s *Server) onSessionExpired(id string) {
 		if _, sess := s.State().SessionGet(nil, id); sess == nil {
 			return // already invalidated another way (destroy, check, node)
 		}
+		start := s.clk.Now()
 		_, err := s.applyAt(epoch, fsm.TypeSessionDestroy, fsm.SessionDestroy{ID: id})
 		switch {
 		case err == nil:
+			s.metrics.AddSample([]string{"session_ttl", "invalidate"}, float32(clock.Since(s.clk, start))/float32(time.Millisecond))
 			if n := s.expiredLog.Note(); n > 0 {
 				s.log.Info("session invalidated: its TTL lapsed", "session", id, "lapsed_since_last_line", n)
 			} else {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	metrics "github.com/hashicorp/go-metrics/compat"
 	"io"
 	"net"
 	"os"
@@ -88,6 +89,10 @@ type Config struct {
 	// writes its checks and services again, which went with the node.
 	OnSelfRegistered func()
 
+	// Metrics receives the server's gauges and samples (telemetry.go).
+	// Default: go-metrics' global, where raft and memberlist emit too.
+	Metrics *metrics.Metrics
+
 	// logFS, if set, is the file system the raft log is written through
 	// (tests inject faults with it); nil is the real one.
 	logFS types.VFS
@@ -118,6 +123,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real()
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.Default()
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "holdfast", Level: hclog.Info, Output: os.Stderr})
@@ -199,6 +207,8 @@ type Server struct {
 
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
+	metrics      *metrics.Metrics // cfg.Metrics
+	applySeq     atomic.Uint64    // writes begun, for applySampleEvery
 	wg           sync.WaitGroup
 }
 
@@ -313,8 +323,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.timers = ttl.New(s.clk, s.onSessionExpired, ttl.WithIntern(s.storedSessionID))
 
-	s.wg.Add(1)
+	s.metrics = cfg.Metrics
+	s.wg.Add(2)
 	go s.monitorLeadership()
+	go s.statsLoop()
 	if st.growth != nil {
 		s.wg.Add(1)
 		go s.watchLogSize()
@@ -705,6 +717,11 @@ func (s *Server) applyCommandAt(b []byte, epoch uint64, pinned bool) (*fsm.Resul
 	// which BatchApplyCh buffers to MaxAppendEntries, so Apply never waits
 	// for room there and needs no timeout (raft would arm a timer for it on
 	// every call).
+	var start time.Time
+	sampled := s.applySeq.Add(1)%applySampleEvery == 0
+	if sampled {
+		start = s.clk.Now()
+	}
 	f, baton := s.gate.enterAt(s.raft, b, epoch, pinned)
 	err := f.Error()
 	if baton {
@@ -725,6 +742,9 @@ func (s *Server) applyCommandAt(b []byte, epoch uint64, pinned bool) (*fsm.Resul
 		// bytes of a batch whose fsync failed), and then a later leader,
 		// or this server after a restart, applies it.
 		return nil, &OutcomeUnknownError{Cause: err}
+	}
+	if sampled {
+		s.metrics.AddSample([]string{"apply"}, float32(clock.Since(s.clk, start))/float32(time.Millisecond))
 	}
 	res, ok := f.Response().(*fsm.Result)
 	if !ok {

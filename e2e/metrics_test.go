@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	consul "github.com/hashicorp/consul/api"
+)
+
+// TestAgentMetrics reads /v1/agent/metrics of a real agent through
+// Consul's Go client (Agent().Metrics(), JSON) and as Prometheus would
+// scrape it (?format=prometheus): raft's own metrics and holdfast's
+// gauges of the state, which follow a TTL session and a lock.
+func TestAgentMetrics(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t, agentOpts{dev: true, node: "metrics"})
+	c := a.client()
+	id, _, err := c.Session().Create(&consul.SessionEntry{TTL: "30s", Behavior: "delete"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := c.KV().Acquire(&consul.KVPair{Key: "m/lock", Session: id}, nil); err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+
+	// The gauges are set every 5 s: poll the Prometheus text until they
+	// show the session and the lock (or give up after 20 s).
+	want := []string{
+		"holdfast_session_ttl_active 1\n",
+		"holdfast_state_sessions 1\n",
+		"holdfast_state_kv_entries 1\n",
+		"holdfast_state_kv_locked 1\n",
+		"holdfast_raft_commitTime_count ",
+		"go_goroutines ",
+		"process_resident_memory_bytes ",
+	}
+	var text string
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		resp, err := http.Get("http://" + a.httpAddr + "/v1/agent/metrics?format=prometheus")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+			t.Fatalf("prometheus format: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		text = string(b)
+		missing := ""
+		for _, w := range want {
+			if !strings.Contains(text, w) {
+				missing = w
+				break
+			}
+		}
+		if missing == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prometheus text lacks %q after 20 s:\n%s", missing, text)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+
+	// JSON, as Consul's agent answers it: the last complete 10 s interval
+	// (or the first one, early in an agent's life), which holds the
+	// gauges set twice in every interval.
+	info, err := c.Agent().Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Timestamp == "" {
+		t.Error("no Timestamp in the JSON metrics")
+	}
+	gauges := map[string]float32{}
+	for _, g := range info.Gauges {
+		gauges[g.Name] = g.Value
+	}
+	if _, ok := gauges["holdfast.state.nodes"]; !ok {
+		t.Errorf("JSON gauges lack holdfast.state.nodes: %v", gauges)
+	}
+	if _, ok := gauges["holdfast.runtime.num_goroutines"]; !ok {
+		t.Errorf("JSON gauges lack holdfast.runtime.num_goroutines: %v", gauges)
+	}
+
+	resp, err := http.Get("http://" + a.httpAddr + "/v1/agent/metrics?format=json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(b), `format "json" is not known`) {
+		t.Errorf("unknown format: %d %q, want 400 saying so", resp.StatusCode, b)
+	}
+}
