@@ -76,9 +76,21 @@ func (s *Server) openSnapshot() (*raft.SnapshotMeta, io.ReadCloser, error) {
 // catalog at once, and the agent's own checks and services written again
 // (Config.OnSelfRegistered).
 //
+// Restores run one at a time: a second waits, before it reads its
+// archive, for the first to end (each holds the whole decoded state: two
+// of a 313 MiB state at once took 1.9 GB).
+//
 // A damaged or foreign archive is an *ArchiveError and changes nothing,
 // and so does a restore whose caller is gone (ctx) before it would begin.
 func (s *Server) RestoreSnapshot(ctx context.Context, r io.Reader) error {
+	select {
+	case s.restoring <- struct{}{}:
+		defer func() { <-s.restoring }()
+	case <-ctx.Done():
+		return fmt.Errorf("server: restore abandoned by its caller while another restore ran: %w", ctx.Err())
+	case <-s.shutdownCh:
+		return ErrShuttingDown
+	}
 	meta, restored, err := ReadArchive(r)
 	if err != nil {
 		return err

@@ -334,3 +334,41 @@ func TestStartKeepsLogBehindDamagedSnapshot(t *testing.T) {
 		t.Fatalf("acked = %+v: the log behind the damaged snapshot was dropped", e)
 	}
 }
+
+// readFails is a reader a test expects never to be read.
+type readFails struct{ t *testing.T }
+
+func (r readFails) Read([]byte) (int, error) {
+	r.t.Error("the archive was read while another restore ran")
+	return 0, io.ErrUnexpectedEOF
+}
+
+func TestRestoresRunOneAtATime(t *testing.T) {
+	clk := clocktest.NewFake(epoch)
+	s := newTestServer(t, "", clk)
+	kvs(t, s, state.OpSet, state.DirEntry{Key: "a", Value: []byte("1")})
+	_, archive := saveArchive(t, s)
+
+	// Another restore runs (its place is taken by hand): a second waits
+	// without reading its archive, and gives up when its caller does.
+	s.restoring <- struct{}{}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := s.RestoreSnapshot(ctx, readFails{t})
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "while another restore ran") {
+		t.Fatalf("restore behind another, caller gone: %v", err)
+	}
+	<-s.restoring
+
+	// With the first done, a restore goes through, and leaves the place free.
+	kvs(t, s, state.OpSet, state.DirEntry{Key: "a", Value: []byte("2")})
+	if err := s.RestoreSnapshot(context.Background(), bytes.NewReader(archive)); err != nil {
+		t.Fatal(err)
+	}
+	if _, e := s.State().KVGet(nil, "a"); e == nil || string(e.Value) != "1" {
+		t.Fatalf("a = %+v after the restore, want the backup's 1", e)
+	}
+	if len(s.restoring) != 0 {
+		t.Fatal("a finished restore still holds its place")
+	}
+}

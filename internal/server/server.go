@@ -209,6 +209,7 @@ type Server struct {
 	shutdownCh   chan struct{}
 	metrics      *metrics.Metrics // cfg.Metrics
 	applySeq     atomic.Uint64    // writes begun, for applySampleEvery
+	restoring    chan struct{}    // capacity 1: held by the one RestoreSnapshot that runs
 	wg           sync.WaitGroup
 }
 
@@ -218,7 +219,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, clk: cfg.Clock, fsm: fsm.New(), shutdownCh: make(chan struct{}),
+	s := &Server{cfg: cfg, log: cfg.Logger, clk: cfg.Clock, fsm: fsm.New(), shutdownCh: make(chan struct{}), restoring: make(chan struct{}, 1),
 		expiring: make(map[string]struct{}), started: time.Now(), logCheck: make(chan struct{}, 1)}
 	var (
 		st  *stores
