@@ -186,9 +186,10 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		hs = &http.Server{Handler: root, ReadHeaderTimeout: readHeaderTimeout}
 	} else {
 		hs = &httpserve.Server{
-			Handler:           root,
-			ReadHeaderTimeout: readHeaderTimeout,
-			ErrorLog:          func(msg string) { logger.Error(msg) },
+			Handler:            root,
+			ReadHeaderTimeout:  readHeaderTimeout,
+			StreamStallTimeout: streamStallTimeout,
+			ErrorLog:           func(msg string) { logger.Error(msg) },
 		}
 	}
 	errc := make(chan error, 1)
@@ -276,6 +277,14 @@ func limitHTTPConns(ln net.Listener, logger hclog.Logger) net.Listener {
 // readHeaderTimeout bounds the time a client may take to send a request
 // header to the agent's HTTP listeners.
 const readHeaderTimeout = 10 * time.Second
+
+// streamStallTimeout is how long each 64 KiB piece of a large answer (a
+// snapshot, a big listing) may wait for its client to take it before the
+// connection is closed: a client that stopped reading would otherwise hold
+// the request, and the snapshot file a save streams from, for as long as it
+// kept the connection open. A minute per 64 KiB still lets a client as slow
+// as 1 KiB/s through.
+const streamStallTimeout = time.Minute
 
 func defaultDataDir(stdio Stdio) string {
 	if d := stdio.getenv("HOLDFAST_DATA_DIR"); d != "" {

@@ -23,7 +23,8 @@
 //     reads the body, as net/http does;
 //   - buffers the response and writes it in one system call with its
 //     Content-Length. A response that grows past 64 KiB is streamed in
-//     chunks instead (HTTP/1.0 clients get it unframed, then a close);
+//     chunks instead (HTTP/1.0 clients get it unframed, then a close),
+//     each piece given StreamStallTimeout to be taken by the client;
 //   - discards up to 256 KiB of body the handler left unread, and closes
 //     the connection when more remains;
 //   - keeps the connection for the next request unless the client or the

@@ -217,7 +217,18 @@ func (w *response) flushBody(last bool) error {
 		out = append(out, w.buf...)
 	}
 	w.head, w.buf = out[:0], w.buf[:0]
-	return w.write(out)
+	d := w.c.s.StreamStallTimeout
+	if d <= 0 {
+		return w.write(out)
+	}
+	w.c.nc.SetWriteDeadline(time.Now().Add(d))
+	err := w.write(out)
+	if last && err == nil {
+		// The connection goes on to its next request, whose answer must
+		// not meet this deadline.
+		w.c.nc.SetWriteDeadline(time.Time{})
+	}
+	return err
 }
 
 // finish completes the response after the handler has returned.

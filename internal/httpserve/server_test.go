@@ -590,6 +590,57 @@ func TestReadHeaderTimeout(t *testing.T) {
 	}
 }
 
+// A client that stops reading a streamed answer: the handler's write
+// fails once a piece has waited StreamStallTimeout, and the connection is
+// closed, instead of the handler waiting for as long as the client stays.
+func TestStreamStallTimeout(t *testing.T) {
+	ended := make(chan error, 1)
+	big := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		piece := make([]byte, 1<<20)
+		for i := 0; i < 256; i++ { // 256 MiB: far past any socket buffer
+			if _, err := w.Write(piece); err != nil {
+				ended <- err
+				return
+			}
+		}
+		ended <- nil
+	})
+	c := dial(t, start(t, &Server{Handler: big, StreamStallTimeout: 50 * time.Millisecond}))
+	c.send("GET /big HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
+	select {
+	case err := <-ended:
+		if err == nil {
+			t.Fatal("256 MiB went to a client that read none of it")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the handler still writes to a client that stopped reading")
+	}
+}
+
+// A streamed answer read in full leaves no deadline behind: the next
+// request on the connection, after longer than StreamStallTimeout, is
+// answered.
+func TestStreamStallTimeoutClearedAfterAnswer(t *testing.T) {
+	const size = 300 << 10 // streamed: past 64 KiB
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			w.Write(make([]byte, size))
+			return
+		}
+		io.WriteString(w, "small")
+	})
+	c := dial(t, start(t, &Server{Handler: h, StreamStallTimeout: 20 * time.Millisecond}))
+	c.send("GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, body := c.read("GET"); len(body) != size {
+		t.Fatalf("streamed answer: %d bytes, want %d", len(body), size)
+	}
+	time.Sleep(60 * time.Millisecond) // past the stall bound of the last piece
+	c.send("GET /small HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, body := c.read("GET"); resp.StatusCode != 200 || body != "small" {
+		t.Fatalf("next answer: %d %q", resp.StatusCode, body)
+	}
+}
+
 // Finding: a blocking request with the client's next request already
 // buffered behind it (sent in the same write) started no disconnect
 // watcher, so a client that closed the connection left the handler parked
