@@ -26,14 +26,24 @@ func TestAgentMetrics(t *testing.T) {
 		t.Fatalf("acquire: %v %v", ok, err)
 	}
 
+	// raft's per-write metrics and holdfast.apply keep one write in 16:
+	// 40 more writes make sure of a few.
+	for i := 0; i < 40; i++ {
+		if _, err := c.KV().Put(&consul.KVPair{Key: "m/w", Value: []byte{byte(i)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// The gauges are set every 5 s: poll the Prometheus text until they
 	// show the session and the lock (or give up after 20 s).
 	want := []string{
 		"holdfast_session_ttl_active 1\n",
 		"holdfast_state_sessions 1\n",
-		"holdfast_state_kv_entries 1\n",
+		"holdfast_state_kv_entries 2\n",
 		"holdfast_state_kv_locked 1\n",
 		"holdfast_raft_commitTime_count ",
+		"holdfast_apply_count ",
+		"holdfast_raft_state_leader 1\n",
 		"go_goroutines ",
 		"process_resident_memory_bytes ",
 	}
