@@ -58,6 +58,7 @@ type command struct {
 // commands is the dispatch table; each command group lives in its own file.
 var commands = map[string]command{
 	"agent":    {"Run a holdfast agent (a server, or with -server=false a client)", runAgent},
+	"info":     {"Show what the agent says of itself: raft, the state, gossip, runtime", runInfo},
 	"kv":       {"Interact with the key/value store", runKV},
 	"lock":     {"Execute a command holding a lock", runLock},
 	"members":  {"List the agents of the gossip pool and their status", runMembers},

@@ -844,8 +844,13 @@ func (c *clientAgent) serveSelf(w http.ResponseWriter, r *http.Request) {
 	if tags == nil {
 		tags = map[string]string{}
 	}
+	stats := httpapi.RuntimeStats()
+	if sp, ok := c.pool.(interface{ Stats() map[string]string }); ok { // the real pool; tests' fakes have none
+		stats["serf_lan"] = sp.Stats()
+	}
+	stats["holdfast"] = map[string]string{"server": "false", "known_datacenters": "1", "acl": "disabled"}
 	self := map[string]interface{}{
-		"Stats": httpapi.RuntimeStats(),
+		"Stats": stats,
 		"Config": map[string]interface{}{
 			"NodeName":   c.node,
 			"Datacenter": c.dc,

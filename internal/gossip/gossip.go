@@ -414,6 +414,31 @@ func (p *Pool) Members() []Member {
 	return out
 }
 
+// Stats describes the pool in the shape of the "serf_lan" section of
+// Consul's /v1/agent/self Stats: counts of members by status, the failure
+// detector's health score (0 is healthy; it rises while this member's own
+// probes go unanswered) and whether gossip is encrypted (never, here).
+func (p *Pool) Stats() map[string]string {
+	var alive, failed, left int
+	for _, m := range p.Members() {
+		switch m.Status {
+		case StatusAlive:
+			alive++
+		case StatusFailed:
+			failed++
+		case StatusLeft:
+			left++
+		}
+	}
+	return map[string]string{
+		"members":      strconv.Itoa(alive + failed + left),
+		"failed":       strconv.Itoa(failed),
+		"left":         strconv.Itoa(left),
+		"health_score": strconv.Itoa(p.ml.GetHealthScore()),
+		"encrypted":    "false",
+	}
+}
+
 // Member returns the named member, if known.
 func (p *Pool) Member(name string) (Member, bool) {
 	p.mu.Lock()

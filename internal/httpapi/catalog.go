@@ -309,7 +309,14 @@ func (h *handler) healthNode(w http.ResponseWriter, r *http.Request, name string
 
 func (h *handler) agentSelf(w http.ResponseWriter, r *http.Request, _ string) error {
 	self := h.b.Self()
-	self["Stats"] = RuntimeStats()
+	stats, _ := self["Stats"].(map[string]interface{})
+	if stats == nil {
+		stats = map[string]interface{}{}
+	}
+	for k, v := range RuntimeStats() {
+		stats[k] = v
+	}
+	self["Stats"] = stats
 	return writeJSON(w, r, self)
 }
 

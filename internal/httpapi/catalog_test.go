@@ -86,10 +86,17 @@ func TestCatalogRegisterErrors(t *testing.T) {
 
 func TestAgentAndStatus(t *testing.T) {
 	e := newEnv(t)
-	var self struct{ Config map[string]interface{} }
+	var self struct {
+		Config map[string]interface{}
+		Stats  map[string]map[string]string
+	}
 	e.do("GET", "/v1/agent/self", "").want(t, 200, "*").json(t, &self)
 	if self.Config["NodeName"] != testNode || self.Config["Datacenter"] != testDC {
 		t.Fatalf("self %v", self)
+	}
+	// The backend's sections and the runtime's, side by side.
+	if self.Stats["raft"]["state"] != "Leader" || self.Stats["holdfast"]["leader"] != "true" || self.Stats["runtime"]["os"] == "" {
+		t.Fatalf("self Stats %v", self.Stats)
 	}
 	e.do("GET", "/v1/status/leader", "").want(t, 200, `"127.0.0.1:8300"`)
 	e.do("GET", "/v1/status/peers", "").want(t, 200, `["127.0.0.1:8300"]`)

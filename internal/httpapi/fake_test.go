@@ -232,6 +232,7 @@ func (f *fakeBackend) Self() map[string]interface{} {
 	return map[string]interface{}{
 		"Config": map[string]interface{}{"NodeName": testNode, "Datacenter": testDC},
 		"Member": map[string]interface{}{"Name": testNode, "Addr": "127.0.0.1"},
+		"Stats":  map[string]interface{}{"raft": map[string]string{"state": "Leader"}, "holdfast": map[string]string{"leader": "true"}},
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -39,7 +40,41 @@ func (s *Server) Self() map[string]interface{} {
 			"Status": 1,
 			"Tags":   map[string]string{"role": "consul", "dc": s.cfg.Datacenter},
 		},
+		"Stats": s.stats(),
 	}
+}
+
+// stats is this server's part of /v1/agent/self's "Stats", by section as
+// Consul's agent gives it (all values strings; httpapi adds "runtime"):
+// "raft" is raft's own Stats, "holdfast" stands where Consul has "consul"
+// (its keys, and counts of the state), and "serf_lan" describes the
+// gossip pool.
+func (s *Server) stats() map[string]interface{} {
+	u := s.State().Usage()
+	active := 0
+	leader := s.raft.State() == raft.Leader
+	if leader {
+		active = s.timers.Len()
+	}
+	out := map[string]interface{}{
+		"raft": s.raft.Stats(),
+		"holdfast": map[string]string{
+			"server":             "true",
+			"leader":             strconv.FormatBool(leader),
+			"leader_addr":        s.Leader(),
+			"known_datacenters":  "1",
+			"acl":                "disabled",
+			"sessions":           strconv.Itoa(u.Sessions),
+			"session_ttl_active": strconv.Itoa(active),
+			"kv_entries":         strconv.Itoa(u.KVEntries),
+			"kv_locked":          strconv.Itoa(u.KVLocked),
+			"nodes":              strconv.Itoa(u.Nodes),
+		},
+	}
+	if p := s.Gossip(); p != nil {
+		out["serf_lan"] = p.Stats()
+	}
+	return out
 }
 
 // ready reports whether this server leads and has applied everything

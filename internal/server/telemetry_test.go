@@ -114,3 +114,23 @@ func TestStatsGaugesFollowTheState(t *testing.T) {
 		}
 	}
 }
+
+func TestSelfStats(t *testing.T) {
+	clk := clocktest.NewFake(epoch)
+	s := newTestServer(t, "", clk)
+	mustSession(t, s, state.Session{TTL: "10s"})
+	stats, ok := s.Self()["Stats"].(map[string]interface{})
+	if !ok {
+		t.Fatalf("Self has no Stats: %v", s.Self())
+	}
+	rs, _ := stats["raft"].(map[string]string)
+	if rs["state"] != "Leader" || rs["applied_index"] == "" || rs["applied_index"] == "0" {
+		t.Errorf("raft stats: %v", rs)
+	}
+	hs, _ := stats["holdfast"].(map[string]string)
+	for k, want := range map[string]string{"leader": "true", "server": "true", "sessions": "1", "session_ttl_active": "1", "nodes": "1"} {
+		if hs[k] != want {
+			t.Errorf("holdfast stats %s = %q, want %q (all: %v)", k, hs[k], want, hs)
+		}
+	}
+}
