@@ -51,21 +51,16 @@ func (s *Server) Self() map[string]interface{} {
 // gossip pool.
 func (s *Server) stats() map[string]interface{} {
 	u := s.State().Usage()
-	active := 0
-	leader := s.raft.State() == raft.Leader
-	if leader {
-		active = s.timers.Len()
-	}
 	out := map[string]interface{}{
 		"raft": s.raft.Stats(),
 		"holdfast": map[string]string{
 			"server":             "true",
-			"leader":             strconv.FormatBool(leader),
+			"leader":             strconv.FormatBool(s.raft.State() == raft.Leader),
 			"leader_addr":        s.Leader(),
 			"known_datacenters":  "1",
 			"acl":                "disabled",
 			"sessions":           strconv.Itoa(u.Sessions),
-			"session_ttl_active": strconv.Itoa(active),
+			"session_ttl_active": strconv.Itoa(s.timersActive()),
 			"kv_entries":         strconv.Itoa(u.KVEntries),
 			"kv_locked":          strconv.Itoa(u.KVLocked),
 			"nodes":              strconv.Itoa(u.Nodes),

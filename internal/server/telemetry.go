@@ -65,13 +65,7 @@ func (s *Server) statsLoop() {
 // emitStats sets each gauge once.
 func (s *Server) emitStats() {
 	m := s.metrics
-	// Only the leader runs session timers; a follower says 0 rather than
-	// leave the count of its last term standing in Prometheus.
-	active := 0
-	if s.raft.State() == raft.Leader {
-		active = s.timers.Len()
-	}
-	m.SetGauge([]string{"session_ttl", "active"}, float32(active))
+	m.SetGauge([]string{"session_ttl", "active"}, float32(s.timersActive()))
 	u := s.State().Usage()
 	for _, g := range []struct {
 		name string
@@ -93,4 +87,14 @@ func (s *Server) emitStats() {
 			m.SetGauge([]string{"raft", "log_bytes"}, float32(n))
 		}
 	}
+}
+
+// timersActive is the number of sessions whose TTL timer runs on this
+// server: only the leader runs them, and a follower says 0 rather than
+// leave the count of its last term standing.
+func (s *Server) timersActive() int {
+	if s.raft.State() != raft.Leader {
+		return 0
+	}
+	return s.timers.Len()
 }
