@@ -34,9 +34,8 @@ type poolView interface {
 
 // withAgentRoutes serves the agent's own endpoints, those that need the
 // gossip pool or the process's metrics, and hands everything else to
-// next. It matches the path
-// exactly and does no cleaning, so KV keys with odd slashes reach next
-// untouched.
+// next. It matches the path exactly and does no cleaning, so KV keys with
+// odd slashes reach next untouched.
 func withAgentRoutes(pool *gossip.Pool, next http.Handler) http.Handler {
 	var view poolView
 	if pool != nil {

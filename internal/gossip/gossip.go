@@ -415,15 +415,15 @@ func (p *Pool) Members() []Member {
 }
 
 // Stats describes the pool in the shape of the "serf_lan" section of
-// Consul's /v1/agent/self Stats: counts of members by status, the failure
+// Consul's /v1/agent/self Stats: the members it lists (leaving, left and
+// failed ones too, as serf counts them), how many failed and left, the failure
 // detector's health score (0 is healthy; it rises while this member's own
 // probes go unanswered) and whether gossip is encrypted (never, here).
 func (p *Pool) Stats() map[string]string {
-	var alive, failed, left int
-	for _, m := range p.Members() {
+	members := p.Members()
+	var failed, left int
+	for _, m := range members {
 		switch m.Status {
-		case StatusAlive:
-			alive++
 		case StatusFailed:
 			failed++
 		case StatusLeft:
@@ -431,7 +431,7 @@ func (p *Pool) Stats() map[string]string {
 		}
 	}
 	return map[string]string{
-		"members":      strconv.Itoa(alive + failed + left),
+		"members":      strconv.Itoa(len(members)),
 		"failed":       strconv.Itoa(failed),
 		"left":         strconv.Itoa(left),
 		"health_score": strconv.Itoa(p.ml.GetHealthScore()),

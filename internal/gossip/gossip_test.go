@@ -207,6 +207,11 @@ func TestFailureDetectedAfterShutdownWithoutLeave(t *testing.T) {
 	if s := statusOf(a.Pool, "c"); s != StatusAlive {
 		t.Fatalf("a sees c as %v", s)
 	}
+	// agent/self's serf_lan: three members listed, one of them failed.
+	st := a.Stats()
+	if st["members"] != "3" || st["failed"] != "1" || st["left"] != "0" || st["encrypted"] != "false" {
+		t.Fatalf("a's Stats: %v", st)
+	}
 }
 
 func TestFailedMemberRejoins(t *testing.T) {
