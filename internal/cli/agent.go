@@ -278,12 +278,12 @@ func limitHTTPConns(ln net.Listener, logger hclog.Logger) net.Listener {
 // header to the agent's HTTP listeners.
 const readHeaderTimeout = 10 * time.Second
 
-// streamStallTimeout is how long each 64 KiB piece of a large answer (a
-// snapshot, a big listing) may wait for its client to take it before the
+// streamStallTimeout is how long a large answer (a snapshot, a big
+// listing) may wait while its client takes none of it before the
 // connection is closed: a client that stopped reading would otherwise hold
 // the request, and the snapshot file a save streams from, for as long as it
-// kept the connection open. A minute per 64 KiB still lets a client as slow
-// as 1 KiB/s through.
+// kept the connection open. A client that reads, however slowly, is not
+// cut.
 const streamStallTimeout = time.Minute
 
 func defaultDataDir(stdio Stdio) string {

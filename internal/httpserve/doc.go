@@ -24,7 +24,8 @@
 //   - buffers the response and writes it in one system call with its
 //     Content-Length. A response that grows past 64 KiB is streamed in
 //     chunks instead (HTTP/1.0 clients get it unframed, then a close),
-//     each piece given StreamStallTimeout to be taken by the client;
+//     closing the connection if the client takes none of it for
+//     StreamStallTimeout;
 //   - discards up to 256 KiB of body the handler left unread, and closes
 //     the connection when more remains;
 //   - keeps the connection for the next request unless the client or the

@@ -2,8 +2,10 @@ package httpserve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -221,14 +223,47 @@ func (w *response) flushBody(last bool) error {
 	if d <= 0 {
 		return w.write(out)
 	}
-	w.c.nc.SetWriteDeadline(time.Now().Add(d))
-	err := w.write(out)
+	err := w.writeStreamed(out, d)
 	if last && err == nil {
 		// The connection goes on to its next request, whose answer must
 		// not meet this deadline.
 		w.c.nc.SetWriteDeadline(time.Time{})
 	}
 	return err
+}
+
+// writeStreamed writes a piece of a streamed answer, and gives up (closing
+// the connection after) only when the client has taken nothing for d.
+// Progress is read from the socket's send queue (sendQueue) as well as
+// from what the write hands over: a blocked write returns only once the
+// kernel has room for a third of its send buffer, which is megabytes on a
+// connection that has streamed for a while, so a client reading a steady
+// 4 KiB/s could leave a write of 64 KiB waiting five minutes, and was cut
+// after one (the audit of the stall bound).
+func (w *response) writeStreamed(b []byte, d time.Duration) error {
+	if w.err != nil {
+		return w.err
+	}
+	nc := w.c.nc
+	queued := sendQueue(nc)
+	for {
+		nc.SetWriteDeadline(time.Now().Add(d))
+		n, err := nc.Write(b)
+		if err == nil {
+			return nil
+		}
+		b = b[n:]
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			now := sendQueue(nc)
+			if n > 0 || (queued >= 0 && now >= 0 && now < queued+n) {
+				queued = now
+				continue
+			}
+		}
+		w.err = err
+		w.closeAfter = true
+		return err
+	}
 }
 
 // finish completes the response after the handler has returned.

@@ -31,13 +31,15 @@ type Server struct {
 	// IdleTimeout bounds the wait for the next request on a kept-alive
 	// connection. Zero means no limit.
 	IdleTimeout time.Duration
-	// StreamStallTimeout bounds how long each piece of a streamed answer
-	// (one past 64 KiB, sent in pieces of up to that) may wait for the
-	// client to take it; past it the connection is closed. A client that
-	// stops reading a large answer would otherwise hold the handler, and
-	// whatever it streams from, for as long as it keeps the connection.
-	// Answers that fit in one piece are not timed: the kernel's socket
-	// buffer takes them. Zero means no limit.
+	// StreamStallTimeout bounds how long a streamed answer (one past 64
+	// KiB, sent in pieces of up to that) may wait while its client takes
+	// none of it; past it the connection is closed. A client that stops
+	// reading a large answer would otherwise hold the handler, and
+	// whatever it streams from, for as long as it keeps the connection. A
+	// client that reads, however slowly, is not cut: on Linux its progress
+	// is read from the socket's send queue. Answers that fit in one piece
+	// are not timed: the kernel's socket buffer takes them. Zero means no
+	// limit.
 	StreamStallTimeout time.Duration
 	// MaxHeaderBytes bounds the request line and header. Zero means
 	// http.DefaultMaxHeaderBytes.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -614,6 +615,72 @@ func TestStreamStallTimeout(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the handler still writes to a client that stopped reading")
+	}
+}
+
+// bigSendBuffers wraps a listener so that each accepted connection has a
+// send buffer of 1 MiB (the kernel doubles it), as a connection that has
+// streamed for a while gets by itself.
+type bigSendBuffers struct{ net.Listener }
+
+func (l bigSendBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetWriteBuffer(1 << 20)
+	}
+	return c, err
+}
+
+// A client that reads slowly but steadily is not cut, though a piece of
+// its answer waits longer than StreamStallTimeout for room in the socket:
+// the kernel wakes a blocked write only once a third of the send buffer is
+// free (about 680 KiB here), and the client takes less than that within
+// one bound. Found by the audit of the bound with real processes: a reader
+// of 4 KiB/s was cut after a minute. (On loopback the receiver opens its
+// window 128 KiB at a time, twice its MSS: the bound and the reader's pace
+// are chosen so that it opens within every bound.)
+func TestStreamStallTimeoutSlowReaderNotCut(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("progress is read from the socket's send queue on Linux only")
+	}
+	const size = 3 << 20
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write(make([]byte, size))
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Handler: h, StreamStallTimeout: 400 * time.Millisecond}
+	go s.Serve(bigSendBuffers{ln})
+	t.Cleanup(func() { s.Close() })
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.(*net.TCPConn).SetReadBuffer(256 << 10)
+	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	io.WriteString(nc, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+	// 16 KiB every 20 ms: the window opens every 160 ms, and a third of
+	// the send buffer is free only after about 850 ms.
+	var got bytes.Buffer
+	buf := make([]byte, 16<<10)
+	for !bytes.HasSuffix(got.Bytes(), []byte("\r\n0\r\n\r\n")) { // the last chunk
+		n, err := nc.Read(buf)
+		got.Write(buf[:n])
+		if err != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(&got), &http.Request{Method: "GET"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || len(body) != size {
+		t.Fatalf("slow reader got %d of %d bytes: %v", len(body), size, err)
 	}
 }
 
