@@ -46,7 +46,10 @@ func agentTelemetry() *telemetry {
 		if err != nil {
 			panic(fmt.Sprintf("cli: prometheus sink: %v", err)) // a fresh registry refuses nothing
 		}
-		conf := metrics.DefaultConfig("holdfast")
+		// No service name in the config: go-metrics would copy every key to
+		// put it first, the 15 in 16 of raft's hot calls that sampledSink
+		// drops too. sampledSink puts it first on what it passes.
+		conf := metrics.DefaultConfig("")
 		conf.EnableHostname = false // the host is Prometheus' instance label, not part of a name
 		if _, err := metrics.NewGlobal(conf, &sampledSink{next: metrics.FanoutSink{inmem, ps}}); err != nil {
 			panic(fmt.Sprintf("cli: metrics: %v", err)) // NewGlobal fails only on a bad sink URL
@@ -60,7 +63,8 @@ func agentTelemetry() *telemetry {
 // writes (hotSlot), one in this many reaches the sinks.
 const hotEvery = 16
 
-// sampledSink passes every metric to next but raft's hot ones (hotSlot),
+// sampledSink passes every metric to next, its name prefixed with
+// "holdfast", but raft's hot ones (hotSlot),
 // of which it passes one in hotEvery: a sample's distribution (its
 // quantiles, mean and extremes) stays, its count is of the samples passed
 // (a sixteenth); a counter passed is multiplied by hotEvery, so its sum
@@ -79,14 +83,14 @@ type sampledSink struct {
 const hotSlots = 11
 
 // hotSlot returns the slot of one of raft's per-write or per-batch metrics
-// (key as the sinks see it, after the service name), or -1 for any other.
+// (key as raft gives it, without the service name), or -1 for any other.
 func hotSlot(key []string) int {
-	if len(key) < 3 || key[1] != "raft" {
+	if len(key) < 2 || key[0] != "raft" {
 		return -1
 	}
 	switch len(key) {
-	case 3:
-		switch key[2] {
+	case 2:
+		switch key[1] {
 		case "apply":
 			return 0
 		case "commitTime":
@@ -98,10 +102,10 @@ func hotSlot(key []string) int {
 		case "barrier":
 			return 4
 		}
-	case 4:
-		switch key[2] {
+	case 3:
+		switch key[1] {
 		case "fsm":
-			switch key[3] {
+			switch key[2] {
 			case "enqueue":
 				return 5
 			case "apply":
@@ -112,7 +116,7 @@ func hotSlot(key []string) int {
 				return 8
 			}
 		case "leader":
-			switch key[3] {
+			switch key[2] {
 			case "dispatchLog":
 				return 9
 			case "dispatchNumLogs":
@@ -123,51 +127,61 @@ func hotSlot(key []string) int {
 	return -1
 }
 
-// pass reports whether this call of key reaches the sinks, and the factor
-// a counter's value is multiplied by.
-func (s *sampledSink) pass(key []string) (bool, float32) {
-	i := hotSlot(key)
-	if i < 0 {
-		return true, 1
+// servicePrefix starts every metric's name.
+const servicePrefix = "holdfast"
+
+// pass reports whether this call of key reaches the sinks, with the key
+// they get (prefixed) and the factor a counter's value is multiplied by.
+func (s *sampledSink) pass(key []string) (bool, []string, float32) {
+	f := float32(1)
+	if i := hotSlot(key); i >= 0 {
+		if s.seq[i].Add(1)%hotEvery != 0 {
+			return false, nil, 0
+		}
+		f = hotEvery
 	}
-	return s.seq[i].Add(1)%hotEvery == 0, hotEvery
+	return true, append([]string{servicePrefix}, key...), f
 }
 
 func (s *sampledSink) SetGauge(key []string, val float32) {
-	if ok, _ := s.pass(key); ok {
-		s.next.SetGauge(key, val)
+	if ok, k, _ := s.pass(key); ok {
+		s.next.SetGauge(k, val)
 	}
 }
 
 func (s *sampledSink) SetGaugeWithLabels(key []string, val float32, labels []metrics.Label) {
-	if ok, _ := s.pass(key); ok {
-		s.next.SetGaugeWithLabels(key, val, labels)
+	if ok, k, _ := s.pass(key); ok {
+		s.next.SetGaugeWithLabels(k, val, labels)
 	}
 }
 
-func (s *sampledSink) EmitKey(key []string, val float32) { s.next.EmitKey(key, val) }
+func (s *sampledSink) EmitKey(key []string, val float32) {
+	if ok, k, _ := s.pass(key); ok {
+		s.next.EmitKey(k, val)
+	}
+}
 
 func (s *sampledSink) IncrCounter(key []string, val float32) {
-	if ok, f := s.pass(key); ok {
-		s.next.IncrCounter(key, val*f)
+	if ok, k, f := s.pass(key); ok {
+		s.next.IncrCounter(k, val*f)
 	}
 }
 
 func (s *sampledSink) IncrCounterWithLabels(key []string, val float32, labels []metrics.Label) {
-	if ok, f := s.pass(key); ok {
-		s.next.IncrCounterWithLabels(key, val*f, labels)
+	if ok, k, f := s.pass(key); ok {
+		s.next.IncrCounterWithLabels(k, val*f, labels)
 	}
 }
 
 func (s *sampledSink) AddSample(key []string, val float32) {
-	if ok, _ := s.pass(key); ok {
-		s.next.AddSample(key, val)
+	if ok, k, _ := s.pass(key); ok {
+		s.next.AddSample(k, val)
 	}
 }
 
 func (s *sampledSink) AddSampleWithLabels(key []string, val float32, labels []metrics.Label) {
-	if ok, _ := s.pass(key); ok {
-		s.next.AddSampleWithLabels(key, val, labels)
+	if ok, k, _ := s.pass(key); ok {
+		s.next.AddSampleWithLabels(k, val, labels)
 	}
 }
 
