@@ -98,11 +98,17 @@ func (s *Server) KVS(ctx context.Context, req *state.KVRequest) (bool, time.Dura
 		return false, 0, err
 	}
 	if refused, left, err := s.refuseEarly(req); refused || err != nil {
+		if err == nil && req.Op == state.OpLock {
+			s.lockStats.count(false, left > 0)
+		}
 		return false, left, err
 	}
 	res, err := s.applyKVS(req)
 	if err := resultErr(res, err); err != nil {
 		return false, 0, err
+	}
+	if req.Op == state.OpLock {
+		s.lockStats.count(res.OK, false)
 	}
 	return res.OK, 0, nil
 }

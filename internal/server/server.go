@@ -209,6 +209,7 @@ type Server struct {
 	shutdownCh   chan struct{}
 	metrics      *metrics.Metrics // cfg.Metrics
 	applySeq     atomic.Uint64    // writes begun, for applySampleEvery
+	lockStats    lockStats        // acquires through KVS, for the lock.* counters
 	restoring    chan struct{}    // capacity 1: held by the one RestoreSnapshot that runs
 	wg           sync.WaitGroup
 }

@@ -1,8 +1,11 @@
 package server
 
 import (
+	"sync"
+	"sync/atomic"
 	"time"
 
+	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/raft"
 )
 
@@ -22,6 +25,13 @@ import (
 //	state.sessions           gauge: live sessions
 //	state.nodes, state.services, state.checks, state.prepared_queries
 //	                         gauges: the catalog and the prepared queries
+//	lock.acquired            counter: acquires (PUT ?acquire) that took or
+//	                         kept their key
+//	lock.refused             counter: acquires refused, the key held by
+//	                         another session (or the session's write lost
+//	                         in the state machine)
+//	lock.delayed             counter: acquires refused for the key's
+//	                         lock-delay
 //	raft.applied_index       gauge: the last index applied to the state
 //	                         (go-metrics' gauges are float32: exact up to
 //	                         16,777,216, then rounded)
@@ -82,6 +92,7 @@ func (s *Server) emitStats() {
 		m.SetGauge([]string{"state", g.name}, float32(g.n))
 	}
 	m.SetGauge([]string{"raft", "applied_index"}, float32(s.raft.AppliedIndex()))
+	s.lockStats.emit(m)
 	if s.stores.size != nil {
 		if n, err := s.stores.size(); err == nil {
 			m.SetGauge([]string{"raft", "log_bytes"}, float32(n))
@@ -97,4 +108,41 @@ func (s *Server) timersActive() int {
 		return 0
 	}
 	return s.timers.Len()
+}
+
+// lockStats counts acquires by outcome with one atomic add each; emit
+// passes what was added since its last call to go-metrics' counters.
+type lockStats struct {
+	acquired, refused, delayed atomic.Uint64
+
+	mu      sync.Mutex // emit's: statsLoop's, and a test's
+	emitted [3]uint64  // the totals at the last emit
+}
+
+// count records one acquire: taken (ok), or refused for a lock-delay
+// (delayed) or because another session holds the key.
+func (l *lockStats) count(ok, delayed bool) {
+	switch {
+	case ok:
+		l.acquired.Add(1)
+	case delayed:
+		l.delayed.Add(1)
+	default:
+		l.refused.Add(1)
+	}
+}
+
+func (l *lockStats) emit(m *metrics.Metrics) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, c := range []struct {
+		name string
+		n    *atomic.Uint64
+	}{{"acquired", &l.acquired}, {"refused", &l.refused}, {"delayed", &l.delayed}} {
+		total := c.n.Load()
+		if d := total - l.emitted[i]; d > 0 {
+			m.IncrCounter([]string{"lock", c.name}, float32(d))
+		}
+		l.emitted[i] = total
+	}
 }

@@ -39,6 +39,18 @@ func gaugesOf(sink *metrics.InmemSink) map[string]float32 {
 	return out
 }
 
+func counterSum(sink *metrics.InmemSink, name string) float64 {
+	var sum float64
+	for _, iv := range sink.Data() {
+		iv.RLock()
+		if c, ok := iv.Counters[name]; ok {
+			sum += c.Sum
+		}
+		iv.RUnlock()
+	}
+	return sum
+}
+
 func TestStatsGaugesFollowTheState(t *testing.T) {
 	clk := clocktest.NewFake(epoch)
 	m, sink := inmemMetrics()
@@ -46,7 +58,7 @@ func TestStatsGaugesFollowTheState(t *testing.T) {
 	cfg.Metrics = m
 	s := startServer(t, cfg)
 	ctx := context.Background()
-	id := mustSession(t, s, state.Session{TTL: "10s"})
+	id := mustSession(t, s, state.Session{TTL: "10s", LockDelay: 15 * time.Second})
 	mustSession(t, s, state.Session{})
 	for _, k := range []string{"a", "b"} {
 		if _, _, err := s.KVS(ctx, &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: k}}); err != nil {
@@ -57,11 +69,20 @@ func TestStatsGaugesFollowTheState(t *testing.T) {
 		t.Fatalf("acquire: %v %v", ok, err)
 	}
 
+	// Another session's acquire of the held key is refused.
+	other := mustSession(t, s, state.Session{})
+	if ok, _, err := s.KVS(ctx, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "l", Session: other}}); err != nil || ok {
+		t.Fatalf("second acquire: %v %v, want refused", ok, err)
+	}
+
 	s.emitStats()
 	got := gaugesOf(sink)
+	if a, r := counterSum(sink, "holdfast.lock.acquired"), counterSum(sink, "holdfast.lock.refused"); a != 1 || r != 1 {
+		t.Errorf("lock counters: acquired %v refused %v, want 1 and 1", a, r)
+	}
 	for name, want := range map[string]float32{
 		"holdfast.session_ttl.active":     1,
-		"holdfast.state.sessions":         2,
+		"holdfast.state.sessions":         3,
 		"holdfast.state.kv_entries":       3,
 		"holdfast.state.kv_locked":        1,
 		"holdfast.state.nodes":            1,
@@ -102,11 +123,19 @@ func TestStatsGaugesFollowTheState(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	// The key went back with its session's lock-delay of 15 s:
+	// the other session's acquire is refused for it.
+	if ok, left, err := s.KVS(ctx, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: "l", Session: other}}); err != nil || ok || left <= 0 {
+		t.Fatalf("acquire in lock-delay: %v %v %v, want refused with time left", ok, left, err)
+	}
 	s.emitStats()
+	if d := counterSum(sink, "holdfast.lock.delayed"); d != 1 {
+		t.Errorf("lock.delayed = %v, want 1", d)
+	}
 	got = gaugesOf(sink)
 	for name, want := range map[string]float32{
 		"holdfast.session_ttl.active": 0,
-		"holdfast.state.sessions":     1,
+		"holdfast.state.sessions":     2,
 		"holdfast.state.kv_locked":    0,
 	} {
 		if got[name] != want {
