@@ -184,6 +184,9 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	root := withAgentRoutes(srv.Gossip(), handler)
 	if *httpLoop == "stdlib" {
 		hs = &http.Server{Handler: root, ReadHeaderTimeout: readHeaderTimeout}
+		// Its writers cannot be reached: the stall bound goes on the
+		// connections, every write of theirs.
+		ln = httpserve.StallConns(ln, streamStallTimeout)
 	} else {
 		hs = &httpserve.Server{
 			Handler:            root,

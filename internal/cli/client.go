@@ -27,6 +27,7 @@ import (
 	"github.com/holdfast/holdfast/internal/agent"
 	"github.com/holdfast/holdfast/internal/gossip"
 	"github.com/holdfast/holdfast/internal/httpapi"
+	"github.com/holdfast/holdfast/internal/httpserve"
 	"github.com/holdfast/holdfast/internal/server"
 	"github.com/holdfast/holdfast/internal/state"
 )
@@ -328,7 +329,9 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 	c.stopping = stopping
 	hs := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	// net/http's server under the reverse proxy: the stall bound goes on
+	// the connections, every write of theirs (streamStallTimeout).
+	go func() { errc <- hs.Serve(httpserve.StallConns(ln, streamStallTimeout)) }()
 
 	warnExposed(o.logger, listener{"http", ln.Addr().String()}, listener{"gossip", pool.Addr()})
 	jctx, stopJoin := context.WithCancel(ctx)

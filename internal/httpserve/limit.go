@@ -62,3 +62,7 @@ func (c *limitConn) Close() error {
 	c.once.Do(func() { c.l.open.Add(-1) })
 	return err
 }
+
+// NetConn returns the connection underneath, for what needs the socket
+// itself (sendQueue), as tls.Conn's method of the same name does.
+func (c *limitConn) NetConn() net.Conn { return c.Conn }

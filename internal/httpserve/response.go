@@ -2,10 +2,8 @@ package httpserve
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -232,38 +230,17 @@ func (w *response) flushBody(last bool) error {
 	return err
 }
 
-// writeStreamed writes a piece of a streamed answer, and gives up (closing
-// the connection after) only when the client has taken nothing for d.
-// Progress is read from the socket's send queue (sendQueue) as well as
-// from what the write hands over: a blocked write returns only once the
-// kernel has room for a third of its send buffer, which is megabytes on a
-// connection that has streamed for a while, so a client reading a steady
-// 4 KiB/s could leave a write of 64 KiB waiting five minutes, and was cut
-// after one (the audit of the stall bound).
+// writeStreamed writes a piece of a streamed answer with writeProgressing,
+// and closes the connection after if that gives up.
 func (w *response) writeStreamed(b []byte, d time.Duration) error {
 	if w.err != nil {
 		return w.err
 	}
-	nc := w.c.nc
-	queued := sendQueue(nc)
-	for {
-		nc.SetWriteDeadline(time.Now().Add(d))
-		n, err := nc.Write(b)
-		if err == nil {
-			return nil
-		}
-		b = b[n:]
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			now := sendQueue(nc)
-			if n > 0 || (queued >= 0 && now >= 0 && now < queued+n) {
-				queued = now
-				continue
-			}
-		}
+	if _, err := writeProgressing(w.c.nc, b, d, sendQueue); err != nil {
 		w.err = err
 		w.closeAfter = true
-		return err
 	}
+	return w.err
 }
 
 // finish completes the response after the handler has returned.

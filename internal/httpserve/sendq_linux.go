@@ -10,6 +10,14 @@ import (
 // acknowledged by the client or not yet sent (SIOCOUTQ), or -1 if c is not
 // a socket or the kernel does not say.
 func sendQueue(c net.Conn) int {
+	// Wrappers (LimitConns', StallConns') say what they wrap.
+	for {
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		c = u.NetConn()
+	}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return -1

@@ -652,7 +652,9 @@ func TestStreamStallTimeoutSlowReaderNotCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &Server{Handler: h, StreamStallTimeout: 400 * time.Millisecond}
-	go s.Serve(bigSendBuffers{ln})
+	// Through LimitConns, as the agent serves: the send queue is read
+	// through its wrapper.
+	go s.Serve(LimitConns(bigSendBuffers{ln}, 8, nil))
 	t.Cleanup(func() { s.Close() })
 	nc, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
