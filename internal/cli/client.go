@@ -568,6 +568,7 @@ type clientAgent struct {
 	pool               poolView
 	log                hclog.Logger
 	proxy              *httputil.ReverseProxy
+	forwardBound       func(*http.Request) time.Duration // forwardBound; tests shorten it
 	// local serves the agent's check and service endpoints; nil refuses them.
 	local http.Handler
 
@@ -583,15 +584,29 @@ type clientAgent struct {
 type targetKey struct{}
 
 func newClientAgent(node, dc, httpAddr string, pool poolView, logger hclog.Logger) *clientAgent {
-	c := &clientAgent{node: node, dc: dc, httpAddr: httpAddr, pool: pool, log: logger.Named("client")}
+	c := &clientAgent{node: node, dc: dc, httpAddr: httpAddr, pool: pool, log: logger.Named("client"), forwardBound: forwardBound}
 	c.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(pr.In.Context().Value(targetKey{}).(*url.URL))
 		},
 		ErrorHandler: c.forwardFailed,
+		// The answer's header is in: the forward's bound has done its
+		// work (a server that never answers), and the body streams as
+		// fast as the caller reads it (the HTTP server's stall bound
+		// cuts a caller that stops).
+		ModifyResponse: func(resp *http.Response) error {
+			if t, ok := resp.Request.Context().Value(headerTimerKey{}).(*time.Timer); ok {
+				t.Stop()
+			}
+			return nil
+		},
 	}
 	return c
 }
+
+// headerTimerKey carries, in a forward's context, the timer that cancels
+// it if the server's answer has no header by the forward's bound.
+type headerTimerKey struct{}
 
 func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
@@ -632,13 +647,19 @@ func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// wedged) must not hold the caller for ever: the forward is bounded
 	// by what the request may legitimately take, and, to a server the pool
 	// holds failed (tried in case it restarted), by failedServerTimeout.
-	bound := forwardBound(r)
+	bound := c.forwardBound(r)
 	if !live && bound > failedServerTimeout {
 		bound = failedServerTimeout
 	}
 	caller := r.Context()
-	ctx, cancel := context.WithTimeout(context.WithValue(caller, targetKey{}, target), bound)
+	ctx, cancel := context.WithCancel(context.WithValue(caller, targetKey{}, target))
 	defer cancel()
+	// The bound is on the answer's header, not its body: a large listing
+	// read by a slow caller was cut at forwardTimeout, whole or not (the
+	// stall bound's audit: a 34 MB ?recurse read at 400 KiB/s).
+	headerDue := time.AfterFunc(bound, cancel)
+	defer headerDue.Stop()
+	ctx = context.WithValue(ctx, headerTimerKey{}, headerDue)
 	if c.stopping != nil && r.Method == http.MethodGet && r.URL.Query().Get("index") != "" {
 		defer context.AfterFunc(c.stopping, cancel)()
 	}
@@ -647,8 +668,9 @@ func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 type callerKey struct{}
 
-// Bounds of a forwarded request: a plain one gets forwardTimeout; a
-// blocking read its wait (the server's default and maximum, those of
+// Bounds of a forwarded request, from its start to the server's answer's
+// header (the body then streams as fast as the caller reads it): a plain
+// one gets forwardTimeout; a blocking read its wait (the server's default and maximum, those of
 // httpapi), the server's jitter (up to a sixteenth of it) and
 // forwardTimeout on top.
 //

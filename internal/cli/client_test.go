@@ -678,3 +678,36 @@ func TestClientAgentDataDirIsLocked(t *testing.T) {
 		t.Fatalf("agent after the first stopped: %v", err)
 	}
 }
+
+// The forward's bound is on the server's answer's header: a body that
+// streams on past it is not cut (the stall bound's audit: a 34 MB
+// ?recurse read at 400 KiB/s through a client agent was cut at 30 s),
+// and a server that sends no header is still given up on at the bound.
+func TestClientAgentForwardBoundIsOnTheHeader(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/kv/mute" {
+			<-r.Context().Done() // never answers
+			return
+		}
+		for i := 0; i < 6; i++ {
+			fmt.Fprintf(w, "piece %d\n", i)
+			w.(http.Flusher).Flush()
+			time.Sleep(100 * time.Millisecond) // the whole body takes 600 ms, past the bound
+		}
+	}))
+	defer upstream.Close()
+	c := newClientAgent("client1", "dc1", "x", fakePool{{Name: "node1", Addr: "127.0.0.1",
+		Status: gossip.StatusAlive, Tags: map[string]string{"role": "server", "http": upstream.Listener.Addr().String()}}}, hclog.NewNullLogger())
+	c.forwardBound = func(*http.Request) time.Duration { return 250 * time.Millisecond }
+	hs := httptest.NewServer(c)
+	defer hs.Close()
+
+	code, body := do(t, "GET", hs.URL+"/v1/kv/slow", "")
+	if code != 200 || !strings.HasSuffix(body, "piece 5") {
+		t.Fatalf("slow body through the client agent: %d %q, want all six pieces", code, body)
+	}
+	code, body = do(t, "GET", hs.URL+"/v1/kv/mute", "")
+	if code == 200 {
+		t.Fatalf("a server that never answers: %d %q, want the forward given up", code, body)
+	}
+}
