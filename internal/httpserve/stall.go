@@ -9,10 +9,14 @@ import (
 
 // writeProgressing writes b to nc and gives up only when the peer has
 // taken nothing for d: each wait is bounded by a write deadline d ahead,
-// and when it passes, the write goes on if the peer made progress meanwhile,
-// read from the socket's send queue (queue, sendQueue in production; -1
-// where it cannot be read) as well as from the bytes the write handed
-// over. It returns the bytes written.
+// and when it passes, the write goes on if the peer acknowledged bytes
+// meanwhile: the socket's send queue (queue, sendQueue in production)
+// before the wait, plus what the write handed over, less the queue after.
+// Bytes handed over into room the buffer had, or grew, are not the peer's
+// doing: counted as progress, they let a client that read nothing hold a
+// write three bounds instead of one (the second audit of the bound). Where
+// the queue cannot be read (-1), the bytes handed over are all there is to
+// go by. It returns the bytes written.
 //
 // Why the send queue: a blocked write returns only once the kernel has
 // room for a third of its send buffer, which is megabytes on a connection
@@ -34,7 +38,11 @@ func writeProgressing(nc net.Conn, b []byte, d time.Duration, queue func(net.Con
 			return total, err
 		}
 		now := queue(nc)
-		if n == 0 && (queued < 0 || now < 0 || now >= queued) {
+		acked := n > 0 // all there is to go by without the queue
+		if queued >= 0 && now >= 0 {
+			acked = queued+n-now > 0
+		}
+		if !acked {
 			return total, err // nothing taken for d
 		}
 		queued = now

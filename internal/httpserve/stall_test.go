@@ -55,12 +55,16 @@ func TestWriteProgressing(t *testing.T) {
 		wantErr bool
 	}{
 		{"written at once", []scriptStep{{size, false}}, []int{0}, size, false},
-		{"bytes handed over each bound", []scriptStep{{30, true}, {30, true}, {40, false}}, []int{0, 500, 500}, size, false},
+		// queue before + handed over - queue after = acknowledged.
+		{"peer acknowledges each bound", []scriptStep{{30, true}, {30, true}, {40, false}}, []int{100, 110, 120}, size, false},
 		// The audit's reader: the write hands over nothing for several
 		// bounds while the client drains the queue a little each time.
 		{"queue drains, write blocked", []scriptStep{{0, true}, {0, true}, {size, false}}, []int{900, 850, 800}, size, false},
-		{"nothing taken for a bound", []scriptStep{{20, true}, {0, true}}, []int{900, 920, 920}, 20, true},
-		{"queue unreadable: only handed-over bytes count", []scriptStep{{20, true}, {0, true}}, []int{-1, -1, -1}, 20, true},
+		// The second audit's: bytes go into room the buffer had or grew,
+		// and the peer takes none of them.
+		{"handed over, nothing acknowledged", []scriptStep{{20, true}}, []int{900, 920}, 20, true},
+		{"nothing taken for a bound", []scriptStep{{0, true}}, []int{900, 900}, 0, true},
+		{"queue unreadable: handed-over bytes count", []scriptStep{{20, true}, {0, true}}, []int{-1, -1, -1}, 20, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &scriptedConn{steps: tc.steps, queues: tc.queues}
