@@ -114,21 +114,34 @@ func launchAgent(t *testing.T, o agentOpts) *agent {
 	if o.node == "" {
 		o.node = "e2e"
 	}
-	if o.raftAddr == "" {
-		o.raftAddr = freeAddr(t)
+	for attempt := 1; ; attempt++ {
+		raftAddr := o.raftAddr
+		if raftAddr == "" {
+			raftAddr = freeAddr(t)
+		}
+		args := []string{"-server-addr", raftAddr}
+		if hasSerfAddr {
+			args = append(args, "-serf-addr", "127.0.0.1:0")
+		}
+		if o.dev {
+			args = append(args, "-dev")
+		} else {
+			args = append(args, "-data-dir", o.dataDir)
+		}
+		a, err := tryLaunch(t, nil, o.node, append(args, o.extra...)...)
+		if err != nil {
+			// A raft port freeAddr picked can be taken by another process
+			// before the agent binds it (an outgoing connection's port on
+			// a busy machine): pick another.
+			if o.raftAddr == "" && attempt < 4 && strings.Contains(err.Error(), "address already in use") {
+				t.Logf("raft port %s was taken before the agent bound it; trying another", raftAddr)
+				continue
+			}
+			t.Fatal(err)
+		}
+		a.raftAddr, a.dataDir = raftAddr, o.dataDir
+		return a
 	}
-	args := []string{"-server-addr", o.raftAddr}
-	if hasSerfAddr {
-		args = append(args, "-serf-addr", "127.0.0.1:0")
-	}
-	if o.dev {
-		args = append(args, "-dev")
-	} else {
-		args = append(args, "-data-dir", o.dataDir)
-	}
-	a := launchWith(t, o.node, append(args, o.extra...)...)
-	a.raftAddr, a.dataDir = o.raftAddr, o.dataDir
-	return a
 }
 
 // launchWith starts `holdfast agent` with args after the flags every test
@@ -144,6 +157,17 @@ func launchWith(t *testing.T, node string, args ...string) *agent {
 // command (wrap[0], with wrap[1:] before the agent's own command line),
 // e.g. taskset; nil starts it directly.
 func launchUnder(t *testing.T, wrap []string, node string, args ...string) *agent {
+	t.Helper()
+	a, err := tryLaunch(t, wrap, node, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// tryLaunch is launchUnder, with an agent that exits before it says where
+// it listens, or stays silent, an error rather than the test's end.
+func tryLaunch(t *testing.T, wrap []string, node string, args ...string) (*agent, error) {
 	t.Helper()
 	if binPath == "" {
 		t.Skip("e2e tests do not run under -short")
@@ -190,12 +214,12 @@ func launchUnder(t *testing.T, wrap []string, node string, args ...string) *agen
 	select {
 	case a.httpAddr = <-addrCh:
 	case <-a.done:
-		t.Fatalf("holdfast agent exited before saying where it listens: %v\nstdout:\n%s\nstderr:\n%s",
+		return nil, fmt.Errorf("holdfast agent exited before saying where it listens: %v\nstdout:\n%s\nstderr:\n%s",
 			a.waitErr, a.stdout.String(), a.stderr.String())
 	case <-time.After(startTimeout):
-		t.Fatalf("holdfast agent did not say where it listens within %v; stdout:\n%s", startTimeout, a.stdout.String())
+		return nil, fmt.Errorf("holdfast agent did not say where it listens within %v; stdout:\n%s", startTimeout, a.stdout.String())
 	}
-	return a
+	return a, nil
 }
 
 var httpLine = regexp.MustCompile(`^\s*http:\s+http://(\S+)`)
