@@ -14,9 +14,13 @@ import (
 // before the wait, plus what the write handed over, less the queue after.
 // Bytes handed over into room the buffer had, or grew, are not the peer's
 // doing: counted as progress, they let a client that read nothing hold a
-// write three bounds instead of one (the second audit of the bound). Where
-// the queue cannot be read (-1), the bytes handed over are all there is to
-// go by. It returns the bytes written.
+// write three bounds instead of one (the second audit of the bound). What
+// the peer acknowledges is its kernel's doing, not its program's: a client
+// that stopped reading still takes bytes into its receive buffer for a
+// while (the buffer grows, a window probe is answered), so it is cut one
+// to two bounds after it stopped (the third audit: 120 s). Where the queue
+// cannot be read (-1), the bytes handed over are all there is to go by.
+// It returns the bytes written.
 //
 // Why the send queue: a blocked write returns only once the kernel has
 // room for a third of its send buffer, which is megabytes on a connection
