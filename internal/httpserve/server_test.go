@@ -591,14 +591,12 @@ func TestReadHeaderTimeout(t *testing.T) {
 	}
 }
 
-// A client that stops reading a streamed answer: the handler's write
-// fails once a piece has waited StreamStallTimeout, and the connection is
-// closed, instead of the handler waiting for as long as the client stays.
-func TestStreamStallTimeout(t *testing.T) {
-	ended := make(chan error, 1)
-	big := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// writes256MiB answers with 256 MiB, far past any socket buffer, and
+// sends on ended the error of the write that failed (nil if none did).
+func writes256MiB(ended chan<- error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		piece := make([]byte, 1<<20)
-		for i := 0; i < 256; i++ { // 256 MiB: far past any socket buffer
+		for i := 0; i < 256; i++ {
 			if _, err := w.Write(piece); err != nil {
 				ended <- err
 				return
@@ -606,7 +604,14 @@ func TestStreamStallTimeout(t *testing.T) {
 		}
 		ended <- nil
 	})
-	c := dial(t, start(t, &Server{Handler: big, StreamStallTimeout: 50 * time.Millisecond}))
+}
+
+// A client that stops reading a streamed answer: the handler's write
+// fails once a piece has waited StreamStallTimeout, and the connection is
+// closed, instead of the handler waiting for as long as the client stays.
+func TestStreamStallTimeout(t *testing.T) {
+	ended := make(chan error, 1)
+	c := dial(t, start(t, &Server{Handler: writes256MiB(ended), StreamStallTimeout: 50 * time.Millisecond}))
 	c.send("GET /big HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
 	select {
 	case err := <-ended:

@@ -116,16 +116,7 @@ func TestSendQueueThroughWrappers(t *testing.T) {
 // as the client keeps the connection (a client agent serves so).
 func TestStallConnsUnderNetHTTP(t *testing.T) {
 	ended := make(chan error, 1)
-	big := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		piece := make([]byte, 1<<20)
-		for i := 0; i < 256; i++ {
-			if _, err := w.Write(piece); err != nil {
-				ended <- err
-				return
-			}
-		}
-		ended <- nil
-	})
+	big := writes256MiB(ended)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
