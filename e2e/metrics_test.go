@@ -47,9 +47,14 @@ func TestAgentMetrics(t *testing.T) {
 		"go_goroutines ",
 		"process_resident_memory_bytes ",
 	}
-	var text string
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		resp, err := http.Get("http://" + a.httpAddr + "/v1/agent/metrics?format=prometheus")
+	missing := want[0]
+	defer func() {
+		if t.Failed() {
+			t.Logf("the Prometheus text lacked %q", missing)
+		}
+	}()
+	eventually(t, 20*time.Second, "the Prometheus text showing the session, the lock and the sampled writes", func() bool {
+		resp, err := http.Get(a.url() + "/v1/agent/metrics?format=prometheus")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,22 +63,14 @@ func TestAgentMetrics(t *testing.T) {
 		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
 			t.Fatalf("prometheus format: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 		}
-		text = string(b)
-		missing := ""
 		for _, w := range want {
-			if !strings.Contains(text, w) {
+			if !strings.Contains(string(b), w) {
 				missing = w
-				break
+				return false
 			}
 		}
-		if missing == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus text lacks %q after 20 s:\n%s", missing, text)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return true
+	})
 
 	// JSON, as Consul's agent answers it: the last complete 10 s interval
 	// (or the first one, early in an agent's life), which holds the
@@ -96,7 +93,7 @@ func TestAgentMetrics(t *testing.T) {
 		t.Errorf("JSON gauges lack holdfast.runtime.num_goroutines: %v", gauges)
 	}
 
-	resp, err := http.Get("http://" + a.httpAddr + "/v1/agent/metrics?format=json")
+	resp, err := http.Get(a.url() + "/v1/agent/metrics?format=json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -218,29 +218,13 @@ func (w *response) flushBody(last bool) error {
 	}
 	w.head, w.buf = out[:0], w.buf[:0]
 	d := w.c.s.StreamStallTimeout
-	if d <= 0 {
-		return w.write(out)
-	}
-	err := w.writeStreamed(out, d)
-	if last && err == nil {
+	err := w.send(out, d)
+	if d > 0 && last && err == nil {
 		// The connection goes on to its next request, whose answer must
 		// not meet this deadline.
 		w.c.nc.SetWriteDeadline(time.Time{})
 	}
 	return err
-}
-
-// writeStreamed writes a piece of a streamed answer with writeProgressing,
-// and closes the connection after if that gives up.
-func (w *response) writeStreamed(b []byte, d time.Duration) error {
-	if w.err != nil {
-		return w.err
-	}
-	if _, err := writeProgressing(w.c.nc, b, d, sendQueue); err != nil {
-		w.err = err
-		w.closeAfter = true
-	}
-	return w.err
 }
 
 // finish completes the response after the handler has returned.
@@ -304,11 +288,21 @@ func appendLength(b []byte, n int64) []byte {
 	return append(b, "\r\n"...)
 }
 
-func (w *response) write(b []byte) error {
+func (w *response) write(b []byte) error { return w.send(b, 0) }
+
+// send writes b, bounded by writeProgressing if stall > 0 (a streamed
+// piece), and closes the connection after if the write fails.
+func (w *response) send(b []byte, stall time.Duration) error {
 	if w.err != nil {
 		return w.err
 	}
-	if _, err := w.c.nc.Write(b); err != nil {
+	var err error
+	if stall > 0 {
+		_, err = writeProgressing(w.c.nc, b, stall, sendQueue)
+	} else {
+		_, err = w.c.nc.Write(b)
+	}
+	if err != nil {
 		w.err = err
 		w.closeAfter = true
 	}

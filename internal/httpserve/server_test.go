@@ -606,13 +606,10 @@ func writes256MiB(ended chan<- error) http.Handler {
 	})
 }
 
-// A client that stops reading a streamed answer: the handler's write
-// fails once a piece has waited StreamStallTimeout, and the connection is
-// closed, instead of the handler waiting for as long as the client stays.
-func TestStreamStallTimeout(t *testing.T) {
-	ended := make(chan error, 1)
-	c := dial(t, start(t, &Server{Handler: writes256MiB(ended), StreamStallTimeout: 50 * time.Millisecond}))
-	c.send("GET /big HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
+// waitWriteFails waits for writes256MiB's handler to end with a failed
+// write, for a client that reads none of its answer.
+func waitWriteFails(t *testing.T, ended <-chan error) {
+	t.Helper()
 	select {
 	case err := <-ended:
 		if err == nil {
@@ -621,6 +618,16 @@ func TestStreamStallTimeout(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the handler still writes to a client that stopped reading")
 	}
+}
+
+// A client that stops reading a streamed answer: the handler's write
+// fails once a piece has waited StreamStallTimeout, and the connection is
+// closed, instead of the handler waiting for as long as the client stays.
+func TestStreamStallTimeout(t *testing.T) {
+	ended := make(chan error, 1)
+	c := dial(t, start(t, &Server{Handler: writes256MiB(ended), StreamStallTimeout: 50 * time.Millisecond}))
+	c.send("GET /big HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
+	waitWriteFails(t, ended)
 }
 
 // bigSendBuffers wraps a listener so that each accepted connection has a

@@ -187,18 +187,7 @@ func TestStartAfterRestoreCutShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	last, _ := stores.log.LastIndex()
-	_, trans := raft.NewInmemTransport("node1")
-	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: "node1", Address: trans.LocalAddr()}}}
-	sink, err := stores.snaps.Create(raft.SnapshotVersionMax, last+2, 2, conf, 1, trans)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sink.Write(st); err != nil {
-		t.Fatal(err)
-	}
-	if err := sink.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeSnapshot(t, stores.snaps, last+2, string(st))
 	stores.close()
 
 	s2 := newTestServer(t, dir, clk) // leads, or the test fails here
@@ -230,16 +219,7 @@ func TestStartRefusesNewerData(t *testing.T) {
 			}
 		}, "raft log entry %d: command type 12, which this holdfast does not know: written by a newer holdfast"},
 		{"snapshot", func(t *testing.T, st *stores, last uint64) {
-			_, trans := raft.NewInmemTransport("node1")
-			conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: "node1", Address: trans.LocalAddr()}}}
-			sink, err := st.snaps.Create(raft.SnapshotVersionMax, last, 2, conf, 1, trans)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sink.Write([]byte(`{"Version":2}` + "\n"))
-			if err := sink.Close(); err != nil {
-				t.Fatal(err)
-			}
+			writeSnapshot(t, st.snaps, last, `{"Version":2}`+"\n")
 		}, ": snapshot version 2, where this holdfast reads 1: written by a newer holdfast"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -313,17 +293,7 @@ func TestStartKeepsLogBehindDamagedSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	last, _ := st.log.LastIndex()
-	_, trans := raft.NewInmemTransport("node1")
-	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: "node1", Address: trans.LocalAddr()}}}
-	sink, err := st.snaps.Create(raft.SnapshotVersionMax, last+2, 2, conf, 1, trans)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink.Write([]byte(`{"Version":1}` + "\n"))
-	if err := sink.Close(); err != nil {
-		t.Fatal(err)
-	}
-	id := sink.ID()
+	id := writeSnapshot(t, st.snaps, last+2, `{"Version":1}`+"\n")
 	st.close()
 	// Damage it: the CRC raft keeps no longer matches.
 	if err := os.WriteFile(filepath.Join(dir, snapshotDirName, id, "state.bin"), []byte(`{"Version":9}`+"\n"), 0o600); err != nil {

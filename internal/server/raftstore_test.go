@@ -79,12 +79,13 @@ func closeStores(t *testing.T, s *stores) {
 	}
 }
 
-// writeSnapshot stores a snapshot with the given body through the raft API.
-func writeSnapshot(t *testing.T, snaps raft.SnapshotStore, index uint64, body string) {
+// writeSnapshot stores a snapshot with the given body through the raft API
+// (term 2, the test servers' node1 the one voter) and returns its ID.
+func writeSnapshot(t *testing.T, snaps raft.SnapshotStore, index uint64, body string) string {
 	t.Helper()
-	_, trans := raft.NewInmemTransport("")
+	_, trans := raft.NewInmemTransport("node1")
 	cfg := raft.Configuration{Servers: []raft.Server{{
-		Suffrage: raft.Voter, ID: "n1", Address: trans.LocalAddr(),
+		Suffrage: raft.Voter, ID: "node1", Address: trans.LocalAddr(),
 	}}}
 	sink, err := snaps.Create(raft.SnapshotVersionMax, index, 2, cfg, 1, trans)
 	if err != nil {
@@ -96,6 +97,7 @@ func writeSnapshot(t *testing.T, snaps raft.SnapshotStore, index uint64, body st
 	if err := sink.Close(); err != nil {
 		t.Fatalf("snapshot close: %v", err)
 	}
+	return sink.ID()
 }
 
 func checkSnapshot(t *testing.T, snaps raft.SnapshotStore, index uint64, body string) {

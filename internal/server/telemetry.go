@@ -1,7 +1,6 @@
 package server
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -111,12 +110,10 @@ func (s *Server) timersActive() int {
 }
 
 // lockStats counts acquires by outcome with one atomic add each; emit
-// passes what was added since its last call to go-metrics' counters.
+// takes what was added since its last call (a swap to zero) and passes it
+// to go-metrics' counters.
 type lockStats struct {
 	acquired, refused, delayed atomic.Uint64
-
-	mu      sync.Mutex // emit's: statsLoop's, and a test's
-	emitted [3]uint64  // the totals at the last emit
 }
 
 // count records one acquire: taken (ok), or refused for a lock-delay
@@ -133,16 +130,12 @@ func (l *lockStats) count(ok, delayed bool) {
 }
 
 func (l *lockStats) emit(m *metrics.Metrics) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i, c := range []struct {
+	for _, c := range []struct {
 		name string
 		n    *atomic.Uint64
 	}{{"acquired", &l.acquired}, {"refused", &l.refused}, {"delayed", &l.delayed}} {
-		total := c.n.Load()
-		if d := total - l.emitted[i]; d > 0 {
+		if d := c.n.Swap(0); d > 0 {
 			m.IncrCounter([]string{"lock", c.name}, float32(d))
 		}
-		l.emitted[i] = total
 	}
 }
