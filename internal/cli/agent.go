@@ -67,6 +67,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		httpLoop   = fs.String("http-server", "holdfast", "HTTP server: holdfast (each request on its connection's goroutine) or stdlib (net/http's Server: a fallback that costs 10-20 % more CPU per request)")
 		gcFloor    = fs.Uint("gc-floor", 8, "MiB the heap may grow by between garbage collections at least, while the live heap is small (0: GOGC alone)")
 		gcBusy     = fs.Uint("gc-floor-busy", 64, "MiB the floor may rise to while the agent is busy: it follows what the agent allocates in a quarter of a second, and is back at -gc-floor within a second of the load ending (at most -gc-floor: a fixed floor)")
+		expect     = fs.Int("bootstrap-expect", 0, "servers to wait for before bootstrapping a cluster of them; 0: bootstrap alone, unless -join is given (then wait to be added by the leader of the pool joined)")
 		joins      stringList
 	)
 	fs.Var(&joins, "join", "gossip `address` (host:port) of an agent whose pool to join; may be repeated; retried until it works")
@@ -105,7 +106,14 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "holdfast", Level: level, Output: stdio.Err})
 	defer startHeapFloor(uint64(*gcFloor)<<20, uint64(*gcBusy)<<20)()
+	mode, clusterDesc, err := bootstrapMode(*expect, len(joins) > 0, *dev)
+	if err != nil {
+		return &ExitError{Code: 1, Msg: err.Error()}
+	}
 	if !*isServer {
+		if *expect != 0 {
+			return &ExitError{Code: 1, Msg: "agent: -bootstrap-expect is for servers; a client agent (-server=false) joins with -join"}
+		}
 		return runClientAgent(ctx, stdio, clientOptions{node: *node, datacenter: *dc, httpAddr: *httpAddr, gossip: gopts,
 			logger: logger, dataDir: dir})
 	}
@@ -130,7 +138,8 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		NodeName: *node, Datacenter: *dc, DataDir: dir, RaftAddr: *raftAddr,
 		HTTPAddr: ln.Addr().String(), Logger: logger,
 		SessionTTLMultiplier: *multiplier, SessionTTLMin: *ttlMin,
-		Gossip: gopts.config(logger, nil),
+		Gossip:    gopts.config(logger, nil),
+		Bootstrap: mode, BootstrapExpect: *expect,
 		OnSelfRegistered: func() {
 			ag := agentRef.Load()
 			if ag == nil {
@@ -154,7 +163,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	if dir != "" {
 		stateFile = filepath.Join(dir, "agent-registrations.json")
 	}
-	ag := agent.New(agent.Config{Node: srv.NodeName(), Catalog: srv, Logger: slog.New(hclogHandler{logger.Named("agent")}), StateFile: stateFile})
+	ag := agent.New(agent.Config{Node: srv.NodeName(), Catalog: newLeaderCatalog(srv), Logger: slog.New(hclogHandler{logger.Named("agent")}), StateFile: stateFile})
 	defer ag.Close()
 	agentRef.Store(ag)
 	go restoreAgentChecks(ctx, srv, ag, logger)
@@ -181,7 +190,9 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		Shutdown(context.Context) error
 		Close() error
 	}
-	root := withAgentRoutes(srv.Gossip(), handler)
+	router := newLeaderRouter(srv, withAgentRoutes(srv.Gossip(), withOperatorRoutes(srv, handler)), ln.Addr().String(), logger)
+	router.fwd.stopping = httpStop
+	var root http.Handler = router
 	if *httpLoop == "stdlib" {
 		hs = &http.Server{Handler: root, ReadHeaderTimeout: readHeaderTimeout}
 		// Its writers cannot be reached: the stall bound goes on the
@@ -218,12 +229,16 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	if dir != "" {
 		storage = "durable, in " + dir
 	}
-	fmt.Fprintf(stdio.Out, "holdfast agent running\n  node:    %s\n  http:    http://%s\n  raft:    %s\n  gossip:  %s\n  storage: %s\n",
-		srv.NodeName(), ln.Addr(), *raftAddr, srv.Gossip().Addr(), storage)
+	fmt.Fprintf(stdio.Out, "holdfast agent running\n  node:    %s\n  http:    http://%s\n  raft:    %s\n  gossip:  %s\n  storage: %s\n  cluster: %s\n",
+		srv.NodeName(), ln.Addr(), *raftAddr, srv.Gossip().Addr(), storage, clusterDesc)
 	warnExposed(logger, listener{"http", ln.Addr().String()}, listener{"raft", *raftAddr},
 		listener{"gossip", srv.Gossip().Addr()}, listener{"debug", *debugAddr})
 	fatal := make(chan error, 1) // the name is taken
 	startJoin(ctx, srv.Gossip(), gopts.joins, logger, fatal)
+	// A server that does not lead keeps its node's checks and services
+	// in the leader's catalog as a client agent does (the leader puts
+	// its own back through OnSelfRegistered).
+	go router.fwd.keepRegistered(ctx, ag, clock.Real())
 
 	var runErr error
 	select {
@@ -340,12 +355,12 @@ func (h hclogHandler) Handle(_ context.Context, r slog.Record) error {
 func (h hclogHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h hclogHandler) WithGroup(string) slog.Handler      { return h }
 
-// restoreAgentChecks, once this server leads, registers again the checks
+// restoreAgentChecks, once a leader is known, registers again the checks
 // and services the agent kept from its last run, then drops the agent
 // checks an earlier run left in the catalog that nothing runs now.
 func restoreAgentChecks(ctx context.Context, srv *server.Server, ag *agent.Agent, logger hclog.Logger) {
-	if err := srv.WaitForLeader(ctx); err != nil {
-		return // not leading (yet): the next start of this agent tries again
+	if err := waitForClusterLeader(ctx, srv); err != nil {
+		return // no leader (yet): the next start of this agent tries again
 	}
 	if err := ag.Restore(ctx); err != nil {
 		// What failed stays in the state file and is not forgotten below.
@@ -355,4 +370,22 @@ func restoreAgentChecks(ctx context.Context, srv *server.Server, ag *agent.Agent
 	if err := ag.ForgetStale(ctx, checks); err != nil {
 		logger.Warn("could not drop checks left by an earlier run", "error", err)
 	}
+}
+
+// bootstrapMode maps -bootstrap-expect and -join to how a server with no
+// raft state forms its cluster, and says it in words for the banner.
+func bootstrapMode(expect int, joins, dev bool) (server.BootstrapMode, string, error) {
+	switch {
+	case expect < 0:
+		return 0, "", fmt.Errorf("agent: -bootstrap-expect must be 0 or more, not %d", expect)
+	case dev && (expect >= 2 || expect == 0 && joins):
+		// A voter that forgets its log and its vote at a restart can
+		// lose writes a quorum acknowledged.
+		return 0, "", errors.New("agent: -dev keeps the raft state in memory, which a server of a cluster must not lose at a restart; give each server a -data-dir (a -dev server may still be joined by client agents)")
+	case expect >= 2:
+		return server.BootstrapExpect, fmt.Sprintf("a new data directory waits for %d servers in the gossip pool, then bootstraps a cluster of them (-bootstrap-expect)", expect), nil
+	case expect == 0 && joins:
+		return server.BootstrapNone, "a new data directory waits to be added by the leader of the pool it joins (-bootstrap-expect 1 bootstraps it alone)", nil
+	}
+	return server.BootstrapAlone, "a new data directory bootstraps a single voter; servers that join later are added", nil
 }

@@ -575,6 +575,11 @@ type clientAgent struct {
 	// stopping, if set, is done when the agent shuts down: forwarded
 	// blocking queries end then.
 	stopping context.Context
+	// pick, if set, chooses the server to forward to instead of the
+	// pool's live servers (a follower server forwards to its leader),
+	// and noServer is what a request is answered when it finds none.
+	pick     func() (string, bool)
+	noServer string
 
 	mu   sync.Mutex
 	last string // the server's HTTP address used last
@@ -639,7 +644,11 @@ func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	srv, live := c.pickServer()
 	if srv == "" {
 		// Consul's words, and a 500 so that clients retry.
-		http.Error(w, "No known Consul servers", http.StatusInternalServerError)
+		msg := "No known Consul servers"
+		if c.noServer != "" {
+			msg = c.noServer
+		}
+		http.Error(w, msg, http.StatusInternalServerError)
 		return
 	}
 	target := &url.URL{Scheme: "http", Host: srv}
@@ -726,6 +735,9 @@ func (c *clientAgent) server() string {
 // pickServer is server, and also says whether the pool holds the server
 // alive (false: a failed one, tried for want of any other).
 func (c *clientAgent) pickServer() (string, bool) {
+	if c.pick != nil {
+		return c.pick()
+	}
 	var alive, failed []string
 	for _, m := range c.pool.Members() {
 		if memberType(m.Tags) != "server" || m.Tags["http"] == "" {

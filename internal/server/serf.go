@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,6 +124,9 @@ func (s *Server) startGossip() error {
 	}
 	if tags["raft"] == "" {
 		tags["raft"] = string(s.trans.LocalAddr())
+	}
+	if s.cfg.Bootstrap == BootstrapExpect {
+		tags["expect"] = strconv.Itoa(s.cfg.BootstrapExpect)
 	}
 	if tags["http"] == "" && s.cfg.HTTPAddr != "" {
 		tags["http"] = s.cfg.HTTPAddr
@@ -401,9 +405,18 @@ func (s *Server) reconcileEvent(ev gossip.Event) error {
 	return s.reconcileMember(ev.Member)
 }
 
-// reconcileMember makes the catalog agree with what gossip says of m. It
-// writes only when something must change.
+// reconcileMember makes the catalog, and for a server the raft
+// configuration, agree with what gossip says of m. It writes only when
+// something must change.
 func (s *Server) reconcileMember(m gossip.Member) error {
+	if err := s.reconcileCatalog(m); err != nil {
+		return err
+	}
+	return s.reconcileRaft(m, false)
+}
+
+// reconcileCatalog makes the catalog agree with what gossip says of m.
+func (s *Server) reconcileCatalog(m gossip.Member) error {
 	st := s.State()
 	_, node, _ := st.NodeInfo(nil, m.Name)
 	chk := st.Check(m.Name, state.SerfCheckID)
@@ -451,7 +464,13 @@ func (s *Server) reconcileMember(m gossip.Member) error {
 // gossip node (one with a serfHealth check). Nodes registered through the
 // catalog API without one are not gossip's business.
 func (s *Server) reconcileGone(name string) error {
-	if name == s.cfg.NodeName || s.State().Check(name, state.SerfCheckID) == nil {
+	if name == s.cfg.NodeName {
+		return nil
+	}
+	if err := s.reconcileRaft(gossip.Member{Name: name}, true); err != nil {
+		return err
+	}
+	if s.State().Check(name, state.SerfCheckID) == nil {
 		return nil
 	}
 	s.log.Info("member forgotten by the pool: deregistering its node", "member", name)

@@ -83,6 +83,17 @@ type Config struct {
 	// (see serf.go). Nil: no gossip.
 	Gossip *gossip.Config
 
+	// Bootstrap says how a server with no raft state forms its cluster
+	// (see cluster.go): alone by default, with BootstrapExpect servers
+	// of its gossip pool, or not at all (it waits to be added).
+	Bootstrap BootstrapMode
+	// BootstrapExpect is the number of servers a BootstrapExpect server
+	// waits for, at least 2.
+	BootstrapExpect int
+	// PeerInCluster, if set, replaces asking a server over HTTP whether
+	// it is in a cluster already (tests without HTTP set it).
+	PeerInCluster func(context.Context, gossip.Member) (bool, error)
+
 	// OnSelfRegistered, if set, is called, on a goroutine of its own,
 	// each time the leader had to put this server's node back in the
 	// catalog (someone deregistered it): the agent of this node then
@@ -141,6 +152,18 @@ func (c *Config) setDefaults() error {
 	}
 	if c.SessionTTLMultiplier < 1 {
 		return fmt.Errorf("server: session TTL multiplier %v is below 1: a session would expire before its TTL", c.SessionTTLMultiplier)
+	}
+	switch c.Bootstrap {
+	case BootstrapAlone, BootstrapNone:
+	case BootstrapExpect:
+		if c.BootstrapExpect < 2 {
+			return fmt.Errorf("server: expecting %d servers to bootstrap a cluster: expect at least 2, or bootstrap alone", c.BootstrapExpect)
+		}
+		if c.Gossip == nil {
+			return errors.New("server: a server expecting others to bootstrap a cluster needs gossip to find them")
+		}
+	default:
+		return fmt.Errorf("server: unknown bootstrap mode %d", c.Bootstrap)
 	}
 	if c.ApplyTimeout == 0 {
 		c.ApplyTimeout = 30 * time.Second
@@ -284,7 +307,7 @@ func New(cfg Config) (*Server, error) {
 		s.closeStores()
 		return nil, fmt.Errorf("server: reading raft state: %w", err)
 	}
-	if !has {
+	if !has && cfg.Bootstrap == BootstrapAlone {
 		conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: rc.LocalID, Address: trans.LocalAddr()}}}
 		if err := raft.BootstrapCluster(rc, st.log, st.stable, st.snaps, trans, conf); err != nil {
 			s.closeStores()
@@ -322,6 +345,10 @@ func New(cfg Config) (*Server, error) {
 		r.Shutdown().Error()
 		s.closeStores()
 		return nil, err
+	}
+	if !has && cfg.Bootstrap == BootstrapExpect {
+		s.wg.Add(1)
+		go s.bootstrapLoop()
 	}
 	s.timers = ttl.New(s.clk, s.onSessionExpired, ttl.WithIntern(s.storedSessionID))
 

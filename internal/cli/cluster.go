@@ -1,0 +1,256 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/holdfast/holdfast/internal/agent"
+	"github.com/holdfast/holdfast/internal/gossip"
+	"github.com/holdfast/holdfast/internal/server"
+	"github.com/holdfast/holdfast/internal/state"
+)
+
+// A server of a cluster that does not lead answers what it can from its
+// own state and forwards the rest to the leader over HTTP, as a client
+// agent forwards to a server: writes, and reads of the leader's kind
+// (the default and ?consistent). What it answers itself:
+//
+//   - the agent endpoints (/v1/agent/...): they are about this agent, its
+//     node's checks and services (written to the leader through
+//     leaderCatalog), its gossip pool and metrics;
+//   - /v1/status/leader and /v1/status/peers, from its own raft;
+//   - ?stale reads, from its state, unless ?max_stale is given and its
+//     last contact with the leader is older than that;
+//   - anything already forwarded once (forwardedHeader), so that two
+//     servers that each think the other leads (for a moment, around an
+//     election) do not pass a request back and forth: the second answers
+//     it, with "No cluster leader" if it does not lead.
+//
+// A session created through it without a node is bound to its node, as
+// through a client agent.
+
+// forwardedHeader marks a request a server forwarded to its leader, with
+// the forwarding server's node name.
+const forwardedHeader = "X-Holdfast-Forwarded-By"
+
+// leaderRouter is a server agent's HTTP root: local, or forward to the
+// leader.
+type leaderRouter struct {
+	srv   *server.Server
+	local http.Handler
+	fwd   *clientAgent
+}
+
+func newLeaderRouter(srv *server.Server, local http.Handler, httpAddr string, logger hclog.Logger) *leaderRouter {
+	var pool poolView
+	if p := srv.Gossip(); p != nil {
+		pool = p
+	}
+	fwd := newClientAgent(srv.NodeName(), srv.Datacenter(), httpAddr, pool, logger)
+	fwd.pick = func() (string, bool) { return leaderHTTP(srv) }
+	fwd.noServer = server.ErrNoLeader.Error()
+	return &leaderRouter{srv: srv, local: local, fwd: fwd}
+}
+
+func (l *leaderRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if l.servesLocally(r) {
+		l.local.ServeHTTP(w, r)
+		return
+	}
+	r.Header.Set(forwardedHeader, l.srv.NodeName())
+	l.fwd.ServeHTTP(w, r)
+}
+
+// servesLocally reports whether this server answers r itself.
+func (l *leaderRouter) servesLocally(r *http.Request) bool {
+	id, _ := l.srv.LeaderID()
+	if id == "" || id == l.srv.NodeName() {
+		// Leading (or about to), or no leader known: the local handlers
+		// answer, "No cluster leader" where a leader is needed.
+		return true
+	}
+	if r.Header.Get(forwardedHeader) != "" {
+		return true
+	}
+	if strings.HasPrefix(r.URL.Path, "/v1/agent/") || strings.HasPrefix(r.URL.Path, "/v1/status/") {
+		return true
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	q := r.URL.Query()
+	if _, stale := q["stale"]; !stale {
+		if _, ms := q["max_stale"]; !ms {
+			return false
+		}
+	}
+	if v := q.Get("max_stale"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			if known, last := l.srv.LeaderStatus(); !known || last > d {
+				return false // too stale here: the leader answers
+			}
+		}
+	}
+	return true
+}
+
+// leaderHTTP is the HTTP address of the leader, learned through gossip,
+// and whether the pool holds it alive; "" while no leader is known, while
+// this server leads, or when the leader gives no HTTP address.
+func leaderHTTP(srv *server.Server) (string, bool) {
+	id, _ := srv.LeaderID()
+	if id == "" || id == srv.NodeName() || srv.Gossip() == nil {
+		return "", false
+	}
+	m, ok := srv.Gossip().Member(id)
+	if !ok || m.Tags["http"] == "" {
+		return "", false
+	}
+	return serverHTTPAddr(m), m.Status == gossip.StatusAlive
+}
+
+// leaderCatalog writes the agent's checks and services through the server
+// while it leads, and over HTTP to the leader otherwise.
+type leaderCatalog struct {
+	srv    *server.Server
+	remote *agent.HTTPCatalog
+}
+
+func newLeaderCatalog(srv *server.Server) *leaderCatalog {
+	return &leaderCatalog{srv: srv, remote: &agent.HTTPCatalog{Base: func() (string, error) {
+		if a, _ := leaderHTTP(srv); a != "" {
+			return "http://" + a, nil
+		}
+		return "", server.ErrNoLeader
+	}}}
+}
+
+func (c *leaderCatalog) Register(ctx context.Context, req *state.RegisterRequest) error {
+	if c.leads() {
+		return c.srv.Register(ctx, req)
+	}
+	return c.remote.Register(ctx, req)
+}
+
+func (c *leaderCatalog) Deregister(ctx context.Context, req *state.DeregisterRequest) error {
+	if c.leads() {
+		return c.srv.Deregister(ctx, req)
+	}
+	return c.remote.Deregister(ctx, req)
+}
+
+// leads is true while this server leads, or while no other leader is
+// known (the server then answers "No cluster leader" itself).
+func (c *leaderCatalog) leads() bool {
+	if c.srv.IsLeader() {
+		return true
+	}
+	id, _ := c.srv.LeaderID()
+	return id == "" || id == c.srv.NodeName()
+}
+
+// waitForClusterLeader blocks until a leader is known and this server's
+// state has caught up with it (it leads, or it has heard from the leader),
+// or ctx ends.
+func waitForClusterLeader(ctx context.Context, srv *server.Server) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if srv.IsLeader() {
+			return nil
+		}
+		if id, _ := srv.LeaderID(); id != "" && id != srv.NodeName() && srv.Replayed() {
+			if a, _ := leaderHTTP(srv); a != "" {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// withOperatorRoutes serves /v1/operator/raft/configuration and
+// /v1/operator/raft/peer from srv, and passes the rest to next.
+func withOperatorRoutes(srv *server.Server, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/operator/raft/configuration":
+			serveRaftConfiguration(srv, w, r)
+		case "/v1/operator/raft/peer":
+			serveRemovePeer(srv, w, r)
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+func serveRaftConfiguration(srv *server.Server, w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, fmt.Sprintf("method %s not allowed", r.Method), http.StatusMethodNotAllowed)
+		return
+	}
+	q := r.URL.Query()
+	_, stale := q["stale"]
+	if !stale && !srv.IsLeader() {
+		http.Error(w, server.ErrNoLeader.Error(), http.StatusInternalServerError)
+		return
+	}
+	servers, index, err := srv.RaftConfiguration()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	type raftServer struct {
+		ID, Node, Address string
+		Leader            bool
+		ProtocolVersion   string
+		Voter             bool
+	}
+	out := struct {
+		Servers []raftServer
+		Index   uint64
+	}{Servers: []raftServer{}, Index: index}
+	for _, s := range servers {
+		out.Servers = append(out.Servers, raftServer{ID: s.ID, Node: s.Node, Address: s.Address, Leader: s.Leader, ProtocolVersion: "3", Voter: s.Voter})
+	}
+	known, last := srv.LeaderStatus()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Consul-Index", fmt.Sprint(max(index, 1)))
+	w.Header().Set("X-Consul-KnownLeader", fmt.Sprint(known))
+	w.Header().Set("X-Consul-LastContact", fmt.Sprint(last.Milliseconds()))
+	json.NewEncoder(w).Encode(out)
+}
+
+func serveRemovePeer(srv *server.Server, w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodDelete {
+		w.Header().Set("Allow", "DELETE")
+		http.Error(w, fmt.Sprintf("method %s not allowed", r.Method), http.StatusMethodNotAllowed)
+		return
+	}
+	q := r.URL.Query()
+	id, addr := q.Get("id"), q.Get("address")
+	if (id == "") == (addr == "") {
+		http.Error(w, "Must specify either ?id with the server's ID or ?address with IP:port of peer to remove", http.StatusBadRequest)
+		return
+	}
+	err := srv.RemovePeer(id, addr)
+	switch {
+	case err == nil:
+		w.WriteHeader(http.StatusOK)
+	case errors.Is(err, server.ErrNoSuchPeer):
+		http.Error(w, strings.TrimPrefix(err.Error(), "server: "), http.StatusNotFound)
+	default:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}

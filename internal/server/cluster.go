@@ -1,0 +1,338 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/internal/gossip"
+)
+
+// Clusters of servers.
+//
+// A server with no raft state starts in one of three ways (Config.Bootstrap):
+//
+//   - alone (the default): it bootstraps a configuration of itself, a
+//     single voter that elects itself at once;
+//   - expecting N servers (BootstrapExpect N >= 2): it waits until its gossip
+//     pool holds exactly N live servers of its datacenter, none of which is
+//     already in a cluster, and then bootstraps a configuration of those N.
+//     Each of the N does the same with the same members, so they write the
+//     same first entry, and raft elects one of them;
+//   - joining (BootstrapNone): it never bootstraps, and waits for the leader
+//     of the pool it joined to add it.
+//
+// While a server leads, the servers of its gossip pool are kept in its raft
+// configuration, as Consul's leader does: a live server that is not a voter
+// is added, and one that left the pool gracefully or was reaped from it is
+// removed. A server that failed stays a voter: it may be restarting, and
+// taking it out would change the quorum under the survivors' feet. An
+// operator removes a server that is gone for good with `holdfast operator
+// raft remove-peer`.
+
+// BootstrapMode says how a server with no raft state forms its cluster.
+type BootstrapMode int
+
+const (
+	// BootstrapAlone bootstraps a cluster of this server alone.
+	BootstrapAlone BootstrapMode = iota
+	// BootstrapExpect waits for Config.BootstrapExpect servers in the gossip
+	// pool and bootstraps a cluster of them.
+	BootstrapExpect
+	// BootstrapNone never bootstraps: the server waits to be added by the
+	// leader of the cluster it joins.
+	BootstrapNone
+)
+
+// bootstrapPoll is how often a server expecting others looks at its pool.
+const bootstrapPoll = 500 * time.Millisecond
+
+// addVoterTimeout bounds a configuration change's wait to be enqueued.
+const addVoterTimeout = 10 * time.Second
+
+// IsLeader reports whether this server is the raft leader and has applied
+// everything committed before its term: writes and reads of the leader's
+// kind are for it to answer.
+func (s *Server) IsLeader() bool {
+	return s.raft.State() == raft.Leader && s.readyForReads.Load()
+}
+
+// LeaderID is the leader's node name (its raft ID) and raft address, or
+// empty strings while no leader is known.
+func (s *Server) LeaderID() (id, addr string) {
+	a, i := s.raft.LeaderWithID()
+	return string(i), string(a)
+}
+
+// RaftServer is one server of the raft configuration, as Consul's
+// /v1/operator/raft/configuration gives it.
+type RaftServer struct {
+	ID, Node, Address string
+	Leader, Voter     bool
+}
+
+// RaftConfiguration is the latest raft configuration this server knows,
+// and the log index it was written at.
+func (s *Server) RaftConfiguration() ([]RaftServer, uint64, error) {
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, 0, fmt.Errorf("server: reading the raft configuration: %w", err)
+	}
+	_, leader := s.raft.LeaderWithID()
+	var out []RaftServer
+	for _, srv := range f.Configuration().Servers {
+		out = append(out, RaftServer{
+			ID: string(srv.ID), Node: string(srv.ID), Address: string(srv.Address),
+			Leader: srv.ID == leader, Voter: srv.Suffrage == raft.Voter,
+		})
+	}
+	return out, f.Index(), nil
+}
+
+// ErrNoSuchPeer is returned by RemovePeer for a server the configuration
+// does not hold.
+var ErrNoSuchPeer = errors.New("server: no such raft peer")
+
+// RemovePeer takes the server with raft ID id, or else the one at address,
+// out of the raft configuration. Only the leader can; others return
+// ErrNoLeader. Removing the leader itself is allowed: it steps down once the
+// new configuration is committed.
+func (s *Server) RemovePeer(id, address string) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("server: reading the raft configuration: %w", err)
+	}
+	for _, srv := range f.Configuration().Servers {
+		if (id != "" && string(srv.ID) == id) || (id == "" && string(srv.Address) == address) {
+			s.log.Info("removing a server from the raft configuration", "id", srv.ID, "address", srv.Address)
+			return s.configChange(s.raft.RemoveServer(srv.ID, f.Index(), addVoterTimeout))
+		}
+	}
+	if id != "" {
+		return fmt.Errorf("%w: no server with ID %q", ErrNoSuchPeer, id)
+	}
+	return fmt.Errorf("%w: no server at address %q", ErrNoSuchPeer, address)
+}
+
+// configChange waits for a configuration change and maps raft's errors.
+func (s *Server) configChange(f raft.IndexFuture) error {
+	if err := f.Error(); err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+			errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return ErrNoLeader
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return ErrShuttingDown
+		}
+		return fmt.Errorf("server: changing the raft configuration: %w", err)
+	}
+	return nil
+}
+
+// serverMember reports whether m is a server of this datacenter, and the
+// raft address it gives (its raft tag, an unspecified host replaced by its
+// gossip address).
+func (s *Server) serverMember(m gossip.Member) (string, bool) {
+	if m.Tags["role"] != "server" || m.Tags["raft"] == "" {
+		return "", false
+	}
+	if dc := m.Tags["dc"]; dc != "" && dc != s.cfg.Datacenter {
+		return "", false
+	}
+	return dialable(m.Tags["raft"], m.Addr), true
+}
+
+// dialable replaces an unspecified host in addr (a server listening
+// everywhere) with host.
+func dialable(addr, host string) string {
+	h, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
+		return net.JoinHostPort(host, port)
+	}
+	return addr
+}
+
+// reconcileRaft keeps the raft configuration in step with what gossip says
+// of m (called by the leader's reconcile): a live server is a voter, one
+// that left or was reaped is not. gone is true for a member the pool no
+// longer knows.
+func (s *Server) reconcileRaft(m gossip.Member, gone bool) error {
+	if m.Name == s.cfg.NodeName {
+		return nil
+	}
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("server: reading the raft configuration: %w", err)
+	}
+	var cur *raft.Server
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == m.Name {
+			srv := srv
+			cur = &srv
+		}
+	}
+	if gone || m.Status == gossip.StatusLeft {
+		if cur == nil {
+			return nil
+		}
+		s.log.Info("server left the pool: removing it from the raft configuration", "server", m.Name)
+		return s.configChange(s.raft.RemoveServer(cur.ID, f.Index(), addVoterTimeout))
+	}
+	addr, ok := s.serverMember(m)
+	if !ok || m.Status != gossip.StatusAlive {
+		return nil
+	}
+	if cur != nil && string(cur.Address) == addr && cur.Suffrage == raft.Voter {
+		return nil
+	}
+	s.log.Info("server joined the pool: adding it to the raft configuration as a voter", "server", m.Name, "raft", addr)
+	return s.configChange(s.raft.AddVoter(raft.ServerID(m.Name), raft.ServerAddress(addr), f.Index(), addVoterTimeout))
+}
+
+// bootstrapLoop runs, for a server expecting Config.BootstrapExpect
+// servers and with no raft state, until the cluster is formed (by it or by
+// another) or the server shuts down.
+func (s *Server) bootstrapLoop() {
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.shutdownCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	said := ""
+	for {
+		done, why := s.tryBootstrap(ctx)
+		if done {
+			return
+		}
+		if why != said { // say each new reason once
+			s.log.Info("waiting to bootstrap the cluster", "why", why)
+			said = why
+		}
+		if !s.sleep(ctx, bootstrapPoll) {
+			return
+		}
+	}
+}
+
+// tryBootstrap bootstraps the cluster if the pool holds the expected
+// servers and none is in a cluster yet. done is true once this server has
+// a configuration or never will bootstrap one; otherwise why says what it
+// waits for.
+func (s *Server) tryBootstrap(ctx context.Context) (done bool, why string) {
+	if s.hasConfiguration() {
+		return true, ""
+	}
+	want := s.cfg.BootstrapExpect
+	var servers []raft.Server
+	for _, m := range s.serf.members.Members() {
+		addr, ok := s.serverMember(m)
+		if !ok || m.Status != gossip.StatusAlive {
+			continue
+		}
+		if e := m.Tags["expect"]; e != strconv.Itoa(want) {
+			return false, fmt.Sprintf("server %s expects %q servers, this one %d: give every server the same -bootstrap-expect", m.Name, e, want)
+		}
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(m.Name), Address: raft.ServerAddress(addr)})
+	}
+	if len(servers) < want {
+		return false, fmt.Sprintf("%d of the %d expected servers are in the gossip pool", len(servers), want)
+	}
+	if len(servers) > want {
+		return false, fmt.Sprintf("the gossip pool holds %d servers, more than the %d expected: not bootstrapping a cluster of some of them", len(servers), want)
+	}
+	// One of them in a cluster already means the cluster exists: its
+	// leader adds this server. Bootstrapping beside it would write a
+	// different first entry at the same index and term.
+	for _, srv := range servers {
+		if string(srv.ID) == s.cfg.NodeName {
+			continue
+		}
+		m, _ := s.serf.members.(interface {
+			Member(string) (gossip.Member, bool)
+		})
+		var mem gossip.Member
+		if m != nil {
+			mem, _ = m.Member(string(srv.ID))
+		}
+		in, err := s.peerInCluster(ctx, mem)
+		if err != nil {
+			return false, fmt.Sprintf("cannot ask server %s whether it is in a cluster: %v", srv.ID, err)
+		}
+		if in {
+			s.log.Info("a server of the pool is in a cluster already: waiting for its leader to add this one", "server", srv.ID)
+			return true, ""
+		}
+	}
+	sort.Slice(servers, func(i, j int) bool { return servers[i].ID < servers[j].ID })
+	if err := s.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
+		if errors.Is(err, raft.ErrCantBootstrap) {
+			return true, "" // a configuration arrived meanwhile
+		}
+		return false, "bootstrapping failed: " + err.Error()
+	}
+	var names []string
+	for _, srv := range servers {
+		names = append(names, string(srv.ID))
+	}
+	s.log.Info("bootstrapped a cluster of the expected servers", "servers", strings.Join(names, ","))
+	return true, ""
+}
+
+// hasConfiguration reports whether raft knows any configuration (it was
+// bootstrapped, or a leader sent it one).
+func (s *Server) hasConfiguration() bool {
+	f := s.raft.GetConfiguration()
+	return f.Error() == nil && len(f.Configuration().Servers) > 0
+}
+
+// peerInCluster asks server m whether it has a raft configuration:
+// Config.PeerInCluster if set, else GET /v1/status/peers on its http tag.
+func (s *Server) peerInCluster(ctx context.Context, m gossip.Member) (bool, error) {
+	if s.cfg.PeerInCluster != nil {
+		return s.cfg.PeerInCluster(ctx, m)
+	}
+	addr := m.Tags["http"]
+	if addr == "" {
+		return false, errors.New("it gives no HTTP address")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+dialable(addr, m.Addr)+"/v1/status/peers", nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("GET /v1/status/peers answered %s", resp.Status)
+	}
+	var peers []string
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&peers); err != nil {
+		return false, fmt.Errorf("GET /v1/status/peers: %v", err)
+	}
+	return len(peers) > 0, nil
+}

@@ -1,0 +1,276 @@
+package server
+
+import (
+	"context"
+	"io"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/holdfast/holdfast/clock/clocktest"
+	"github.com/holdfast/holdfast/internal/gossip"
+	"github.com/holdfast/holdfast/internal/state"
+)
+
+// testCluster is a set of in-process servers on real raft (TCP on
+// 127.0.0.1) and real gossip (fast profile), sharing one fake clock.
+type testCluster struct {
+	t   *testing.T
+	clk *clocktest.Fake
+	mu  sync.Mutex
+	all map[string]*Server
+}
+
+func newTestCluster(t *testing.T) *testCluster {
+	return &testCluster{t: t, clk: clocktest.NewFake(epoch), all: map[string]*Server{}}
+}
+
+// start starts server name with bootstrap mode mode (expecting expect
+// servers) and joins it to the pool of join, if set.
+func (c *testCluster) start(name string, mode BootstrapMode, expect int, join *Server) *Server {
+	c.t.Helper()
+	cfg := Config{
+		NodeName: name, RaftAddr: "127.0.0.1:0", Clock: c.clk,
+		Logger:    hclog.New(&hclog.LoggerOptions{Output: io.Discard}),
+		Gossip:    &gossip.Config{BindAddr: "127.0.0.1", Profile: gossip.ProfileFast, Logger: hclog.NewNullLogger()},
+		Bootstrap: mode, BootstrapExpect: expect,
+		RaftTuning: func(rc *raft.Config) {
+			rc.HeartbeatTimeout = 200 * time.Millisecond
+			rc.ElectionTimeout = 200 * time.Millisecond
+			rc.LeaderLeaseTimeout = 200 * time.Millisecond
+		},
+		// No HTTP here: ask the servers themselves.
+		PeerInCluster: func(_ context.Context, m gossip.Member) (bool, error) {
+			c.mu.Lock()
+			s := c.all[m.Name]
+			c.mu.Unlock()
+			return s != nil && s.hasConfiguration(), nil
+		},
+	}
+	s, err := New(cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { s.Shutdown() })
+	c.mu.Lock()
+	c.all[name] = s
+	c.mu.Unlock()
+	if join != nil {
+		if _, err := s.Gossip().Join([]string{join.Gossip().Addr()}); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// leader waits (real time, moving the fake clock on for the servers'
+// polls) until one of servers leads and is ready, and returns it.
+func (c *testCluster) leader(servers ...*Server) *Server {
+	c.t.Helper()
+	var l *Server
+	advanceUntil(c.t, c.clk, 100*time.Millisecond, "a leader", func() bool {
+		for _, s := range servers {
+			if s.IsLeader() {
+				l = s
+				return true
+			}
+		}
+		return false
+	})
+	return l
+}
+
+// voters lists the raft configuration s knows, as sorted IDs.
+func voters(t *testing.T, s *Server) []string {
+	t.Helper()
+	servers, _, err := s.RaftConfiguration()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, srv := range servers {
+		if srv.Voter {
+			out = append(out, srv.ID)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestClusterBootstrapExpectAndFailover: three servers expecting three
+// bootstrap one cluster; a lock taken through the leader is on every
+// server; when the leader stops, another is elected, the lock is still
+// held by its session, whose TTL timer the new leader arms afresh, and
+// writes go on with two of three. A fourth server expecting three finds
+// the cluster formed and is added by the leader instead of bootstrapping
+// beside it; the stopped server is removed by an operator.
+func TestClusterBootstrapExpectAndFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts four servers on real raft and gossip")
+	}
+	c := newTestCluster(t)
+	s1 := c.start("n1", BootstrapExpect, 3, nil)
+	if s1.hasConfiguration() {
+		t.Fatal("n1 bootstrapped before the other two were in the pool")
+	}
+	s2 := c.start("n2", BootstrapExpect, 3, s1)
+	s3 := c.start("n3", BootstrapExpect, 3, s1)
+	servers := []*Server{s1, s2, s3}
+	l := c.leader(servers...)
+	for _, s := range servers {
+		if got := voters(t, s); !equalStrings(got, []string{"n1", "n2", "n3"}) {
+			t.Fatalf("%s: voters %v", s.NodeName(), got)
+		}
+	}
+	var survivor *Server
+	for _, s := range servers {
+		if s != l {
+			survivor = s
+			break
+		}
+	}
+	// The survivor's node is registered by the leader from gossip.
+	gaWait(t, 10*time.Second, "the survivor's serfHealth passing", func() bool {
+		return gaSerf(l, survivor.NodeName()) == state.HealthPassing
+	})
+	ctx := context.Background()
+	id, err := l.SessionCreate(ctx, &state.Session{Node: survivor.NodeName(), TTL: "30s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaLock(t, l, "svc/leader", id)
+	for _, s := range servers {
+		gaWait(t, 10*time.Second, s.NodeName()+" has the lock", func() bool {
+			_, e := s.State().KVGet(nil, "svc/leader")
+			return e != nil && e.Session == id && e.LockIndex == 1
+		})
+	}
+	if err := survivor.SessionDestroy(ctx, "nope"); err != ErrNoLeader {
+		t.Fatalf("a write on a follower: %v, want %v", err, ErrNoLeader)
+	}
+
+	// The leader stops; one of the other two takes over.
+	l.Shutdown()
+	var rest []*Server
+	for _, s := range servers {
+		if s != l {
+			rest = append(rest, s)
+		}
+	}
+	var nl *Server
+	gaWait(t, 20*time.Second, "a new leader", func() bool {
+		for _, s := range rest {
+			if s.IsLeader() {
+				nl = s
+				return true
+			}
+		}
+		return false
+	})
+	_, e := nl.State().KVGet(nil, "svc/leader")
+	if e == nil || e.Session != id || e.LockIndex != 1 {
+		t.Fatalf("after the failover the lock is %+v, want held by %s", e, id)
+	}
+	gaWait(t, 10*time.Second, "the new leader arms the session's timer", func() bool { return nl.timersActive() == 1 })
+	ok, _, err := nl.KVS(ctx, &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: "after", Value: []byte("x")}})
+	if err != nil || !ok {
+		t.Fatalf("a write with two of three: %v %v", ok, err)
+	}
+	// The session's TTL runs on the new leader's timer: past it, the
+	// session goes and the lock is released.
+	c.clk.Advance(30*time.Second + time.Nanosecond)
+	waitSessionGone(t, nl, id)
+	if _, e := nl.State().KVGet(nil, "svc/leader"); e == nil || e.Session != "" {
+		t.Fatalf("after the session's TTL the key is %+v, want released", e)
+	}
+
+	// A fourth server expecting three sees three live servers, but two
+	// are in a cluster: it waits to be added, and the leader adds it.
+	s4 := c.start("n4", BootstrapExpect, 3, nl)
+	advanceUntil(t, c.clk, 100*time.Millisecond, "n4 added as a voter", func() bool {
+		return equalStrings(voters(t, nl), []string{"n1", "n2", "n3", "n4"})
+	})
+	gaWait(t, 10*time.Second, "n4 has the state", func() bool {
+		_, e := s4.State().KVGet(nil, "after")
+		return e != nil
+	})
+
+	// The stopped server is gone for good: an operator removes it.
+	if err := nl.RemovePeer(l.NodeName(), ""); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{}
+	for _, s := range append(rest, s4) {
+		want = append(want, s.NodeName())
+	}
+	sort.Strings(want)
+	if got := voters(t, nl); !equalStrings(got, want) {
+		t.Fatalf("voters after the removal %v, want %v", got, want)
+	}
+	if err := nl.RemovePeer("nobody", ""); err == nil {
+		t.Fatal("removing an unknown server succeeded")
+	}
+}
+
+// TestClusterJoinedServerIsAdded: a server started alone is joined by one
+// that never bootstraps; the leader adds it as a voter and it receives the
+// state. When it leaves the pool gracefully it is removed.
+func TestClusterJoinedServerIsAdded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers on real raft and gossip")
+	}
+	c := newTestCluster(t)
+	s1 := c.start("n1", BootstrapAlone, 0, nil)
+	c.leader(s1)
+	ctx := context.Background()
+	if ok, _, err := s1.KVS(ctx, &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: "k", Value: []byte("v")}}); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	s2 := c.start("n2", BootstrapNone, 0, s1)
+	advanceUntil(t, c.clk, 100*time.Millisecond, "n2 added as a voter", func() bool {
+		return equalStrings(voters(t, s1), []string{"n1", "n2"})
+	})
+	gaWait(t, 10*time.Second, "n2 has the state", func() bool {
+		_, e := s2.State().KVGet(nil, "k")
+		return e != nil && string(e.Value) == "v"
+	})
+	if s2.IsLeader() {
+		t.Fatal("the joined server leads")
+	}
+	if err := s2.Gossip().Leave(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	advanceUntil(t, c.clk, 100*time.Millisecond, "n2 removed after leaving", func() bool {
+		return equalStrings(voters(t, s1), []string{"n1"})
+	})
+}
+
+// TestBootstrapExpectNeedsGossip: a server expecting others without
+// gossip to find them, or expecting fewer than two, is refused.
+func TestBootstrapExpectNeedsGossip(t *testing.T) {
+	cfg := testConfig("", clocktest.NewFake(epoch), nil)
+	cfg.Bootstrap, cfg.BootstrapExpect = BootstrapExpect, 3
+	if _, err := New(cfg); err == nil || err.Error() != "server: a server expecting others to bootstrap a cluster needs gossip to find them" {
+		t.Fatalf("no gossip: %v", err)
+	}
+	cfg.BootstrapExpect = 1
+	if _, err := New(cfg); err == nil || err.Error() != "server: expecting 1 servers to bootstrap a cluster: expect at least 2, or bootstrap alone" {
+		t.Fatalf("expect 1: %v", err)
+	}
+}
