@@ -134,9 +134,11 @@ func TestClusterBootstrapExpectAndFailover(t *testing.T) {
 	servers := []*Server{s1, s2, s3}
 	l := c.leader(servers...)
 	for _, s := range servers {
-		if got := voters(t, s); !equalStrings(got, []string{"n1", "n2", "n3"}) {
-			t.Fatalf("%s: voters %v", s.NodeName(), got)
-		}
+		// A server that saw another in a cluster first did not
+		// bootstrap: it has the configuration once the leader sends it.
+		gaWait(t, 10*time.Second, s.NodeName()+" knows the three voters", func() bool {
+			return equalStrings(voters(t, s), []string{"n1", "n2", "n3"})
+		})
 	}
 	var survivor *Server
 	for _, s := range servers {
@@ -211,7 +213,12 @@ func TestClusterBootstrapExpectAndFailover(t *testing.T) {
 		return e != nil
 	})
 
-	// The stopped server is gone for good: an operator removes it.
+	// The stopped server is gone for good: an operator removes it, once
+	// gossip says it failed (while it looks alive the leader would add
+	// it back, as it adds any live server).
+	gaWait(t, 20*time.Second, "the stopped server failed in gossip", func() bool {
+		return gaStatus(nl.Gossip(), l.NodeName()) == gossip.StatusFailed
+	})
 	if err := nl.RemovePeer(l.NodeName(), ""); err != nil {
 		t.Fatal(err)
 	}
