@@ -62,6 +62,7 @@ var commands = map[string]command{
 	"kv":       {"Interact with the key/value store", runKV},
 	"lock":     {"Execute a command holding a lock", runLock},
 	"members":  {"List the agents of the gossip pool and their status", runMembers},
+	"operator": {"Operate the servers' cluster: its raft configuration", runOperator},
 	"session":  {"Create, inspect, renew and destroy sessions", runSession},
 	"snapshot": {"Save, restore and inspect snapshots of the server's state", runSnapshot},
 }

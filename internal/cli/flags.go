@@ -54,10 +54,14 @@ func groupUsage(w io.Writer, group string, subs map[string]subcommand) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	width := 10
+	for _, n := range names {
+		width = max(width, len(n))
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Usage: holdfast %s <subcommand> [options] [args]\n\nSubcommands:\n", group)
 	for _, n := range names {
-		fmt.Fprintf(&b, "    %-10s %s\n", n, subs[n].synopsis)
+		fmt.Fprintf(&b, "    %-*s %s\n", width, n, subs[n].synopsis)
 	}
 	io.WriteString(w, b.String())
 }
