@@ -1,0 +1,870 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Clusters of servers end to end: three (or two) `holdfast agent`
+// processes on their own data directories, formed into one raft cluster
+// through their gossip pool (-bootstrap-expect, or -join to be added by a
+// leader), driven through followers and leaders alike with Consul's
+// client and holdfast's operator commands, while the leader is SIGKILLed,
+// restarted, and a dead server removed.
+
+// clusterServer is one server agent of a test cluster: its fixed
+// addresses, data directory and cluster flags, so that it can be
+// restarted exactly as it was started.
+type clusterServer struct {
+	node, dataDir                string
+	httpAddr, raftAddr, serfAddr string
+	// flags gives the cluster flags (-bootstrap-expect, -join) at launch
+	// time: a -join names another server's gossip address, fixed only
+	// once that one runs.
+	flags func() []string
+	a     *agent // the running (or last) process
+}
+
+func newClusterServer(t *testing.T, node string) *clusterServer {
+	t.Helper()
+	return &clusterServer{node: node, dataDir: t.TempDir(),
+		httpAddr: freeAddr(t), raftAddr: freeAddr(t), serfAddr: freeAddr(t)}
+}
+
+func (s *clusterServer) args() []string {
+	args := []string{"-data-dir", s.dataDir, "-http-addr", s.httpAddr, "-server-addr", s.raftAddr,
+		"-serf-addr", s.serfAddr, "-gossip-profile", gossipProfile()}
+	if s.flags != nil {
+		args = append(args, s.flags()...)
+	}
+	return args
+}
+
+// launch starts the server and returns once it says where it listens
+// (before any cluster is formed). A first launch whose port was taken
+// between freeAddr and the bind tries new ports and a new directory; a
+// restart (fresh false) keeps them, as an operator's would.
+func (s *clusterServer) launch(t *testing.T, fresh bool) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		a, err := tryLaunch(t, nil, s.node, s.args()...)
+		if err == nil {
+			if a.httpAddr != s.httpAddr {
+				t.Fatalf("server %s listens on %s, not on the %s it was given", s.node, a.httpAddr, s.httpAddr)
+			}
+			a.raftAddr, a.dataDir = s.raftAddr, s.dataDir
+			s.a = a
+			return
+		}
+		if fresh && attempt < 4 && strings.Contains(err.Error(), "address already in use") {
+			t.Logf("a port of server %s was taken before it bound it; trying others", s.node)
+			s.dataDir, s.httpAddr, s.raftAddr, s.serfAddr = t.TempDir(), freeAddr(t), freeAddr(t), freeAddr(t)
+			continue
+		}
+		t.Fatal(err)
+	}
+}
+
+// client is a Consul API client for the server's fixed HTTP address (it
+// outlives a restart).
+func (s *clusterServer) client(t *testing.T) *api.Client {
+	t.Helper()
+	cfg := api.DefaultConfig()
+	cfg.Address, cfg.Scheme, cfg.Token, cfg.Datacenter = s.httpAddr, "http", "", ""
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// startCluster starts n servers n1..nn with -bootstrap-expect n, each
+// joining the first's gossip address (the first itself too: the same
+// command line for all), and waits until they have formed one cluster.
+// It returns the servers and the leader.
+func startCluster(t *testing.T, n int) ([]*clusterServer, *clusterServer) {
+	t.Helper()
+	if binPath == "" {
+		t.Skip("e2e tests do not run under -short")
+	}
+	servers := make([]*clusterServer, n)
+	for i := range servers {
+		servers[i] = newClusterServer(t, fmt.Sprintf("n%d", i+1))
+	}
+	first := servers[0]
+	for _, s := range servers {
+		s.flags = func() []string { return []string{"-bootstrap-expect", strconv.Itoa(n), "-join", first.serfAddr} }
+	}
+	start := time.Now()
+	for _, s := range servers {
+		s.launch(t, true)
+	}
+	leader := waitFormed(t, servers)
+	t.Logf("cluster of %d formed in %v, leader %s", n, time.Since(start).Round(time.Millisecond), leader.node)
+	return servers, leader
+}
+
+// waitFormed waits until the servers agree on a leader among them, the
+// leader's raft configuration holds exactly them, all voters, and every
+// server's node is registered with a passing serfHealth check (so
+// sessions with default checks can be made through any of them). It
+// returns the leader.
+func waitFormed(t *testing.T, servers []*clusterServer) *clusterServer {
+	t.Helper()
+	leader := waitLeader(t, servers, startTimeout)
+	want := map[string]string{}
+	for _, s := range servers {
+		want[s.node] = s.raftAddr
+	}
+	var last string
+	eventually(t, startTimeout, fmt.Sprintf("list-peers shows the %d servers as voters", len(servers)), func() bool {
+		rows, out, err := listPeers(leader, false)
+		last = out
+		if err != nil || len(rows) != len(servers) {
+			return false
+		}
+		leaders := 0
+		for _, r := range rows {
+			if want[r.Node] != r.Address || r.ID != r.Node || !r.Voter {
+				return false
+			}
+			if r.State == "leader" {
+				leaders++
+			}
+		}
+		return leaders == 1
+	})
+	_ = last
+	for _, s := range servers {
+		s.a.waitReady() // a consistent read: through a follower, forwarded to the leader
+	}
+	return waitLeader(t, servers, startTimeout)
+}
+
+// waitLeader waits until every server of live reports the same leader
+// (GET /v1/status/leader, which each answers from its own raft) and that
+// leader is one of live; it returns it.
+func waitLeader(t *testing.T, live []*clusterServer, timeout time.Duration) *clusterServer {
+	t.Helper()
+	clients := make([]*api.Client, len(live))
+	for i, s := range live {
+		clients[i] = s.client(t)
+	}
+	var leader *clusterServer
+	var seen []string
+	eventually(t, timeout, "the servers agree on a leader among them", func() bool {
+		leader, seen = nil, seen[:0]
+		for _, c := range clients {
+			l, err := c.Status().Leader()
+			if err != nil {
+				l = "error: " + err.Error()
+			}
+			seen = append(seen, l)
+		}
+		for _, l := range seen {
+			if l == "" || l != seen[0] {
+				return false
+			}
+		}
+		for _, s := range live {
+			if s.raftAddr == seen[0] {
+				leader = s
+			}
+		}
+		return leader != nil
+	})
+	return leader
+}
+
+// others is servers without the ones in not.
+func others(servers []*clusterServer, not ...*clusterServer) []*clusterServer {
+	var out []*clusterServer
+next:
+	for _, s := range servers {
+		for _, n := range not {
+			if s == n {
+				continue next
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// runHoldfast runs the holdfast CLI with args, bounded, and returns its
+// stdout, stderr and exit code.
+func runHoldfast(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd.Env = append(cmd.Environ(), "HOME="+t.TempDir())
+	cmd.SysProcAttr = procAttr()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ctx.Err() != nil {
+			t.Fatalf("holdfast %s: %v (context: %v)\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, ctx.Err(), &stdout, &stderr)
+		}
+		code = ee.ExitCode()
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// peerRow is a row of `holdfast operator raft list-peers`.
+type peerRow struct {
+	Node, ID, Address, State string
+	Voter                    bool
+	Protocol                 string
+}
+
+// listPeers runs `holdfast operator raft list-peers` (with -stale if
+// stale) against the server and parses its table. out is what it printed
+// (stdout and stderr), for messages; err is set when it failed or printed
+// no table of the expected shape.
+func listPeers(s *clusterServer, stale bool) (rows []peerRow, out string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	args := []string{"operator", "raft", "list-peers", "-http-addr", s.httpAddr}
+	if stale {
+		args = append(args, "-stale")
+	}
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd.SysProcAttr = procAttr()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	out = stdout.String() + stderr.String()
+	if runErr != nil {
+		return nil, out, fmt.Errorf("list-peers: %v", runErr)
+	}
+	lines := strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n")
+	if got := strings.Join(strings.Fields(lines[0]), " "); got != "Node ID Address State Voter RaftProtocol" {
+		return nil, out, fmt.Errorf("list-peers header %q", got)
+	}
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) != 6 || (f[4] != "true" && f[4] != "false") || (f[3] != "leader" && f[3] != "follower") {
+			return nil, out, fmt.Errorf("list-peers row %q", l)
+		}
+		rows = append(rows, peerRow{Node: f[0], ID: f[1], Address: f[2], State: f[3], Voter: f[4] == "true", Protocol: f[5]})
+	}
+	return rows, out, nil
+}
+
+// checkPeers fails the test unless rows are exactly the servers, all
+// voters with raft protocol 3, and leader (the only one) leads.
+func checkPeers(t *testing.T, what string, rows []peerRow, out string, servers []*clusterServer, leader *clusterServer) {
+	t.Helper()
+	if len(rows) != len(servers) {
+		t.Fatalf("%s: %d servers, want %d:\n%s", what, len(rows), len(servers), out)
+	}
+	byNode := map[string]peerRow{}
+	for _, r := range rows {
+		byNode[r.Node] = r
+	}
+	for _, s := range servers {
+		r, ok := byNode[s.node]
+		wantState := "follower"
+		if s == leader {
+			wantState = "leader"
+		}
+		if !ok || r.ID != s.node || r.Address != s.raftAddr || r.State != wantState || !r.Voter || r.Protocol != "3" {
+			t.Fatalf("%s: row of %s is %+v (present %v), want ID %s, address %s, %s, voter, protocol 3:\n%s",
+				what, s.node, r, ok, s.node, s.raftAddr, wantState, out)
+		}
+	}
+}
+
+// checkRaftConfiguration checks Consul's api.Operator().RaftGetConfiguration
+// through c: exactly the servers, all voters, leader the only leader.
+func checkRaftConfiguration(t *testing.T, what string, c *api.Client, servers []*clusterServer, leader *clusterServer) {
+	t.Helper()
+	conf, err := c.Operator().RaftGetConfiguration(nil)
+	if err != nil {
+		t.Fatalf("%s: RaftGetConfiguration: %v", what, err)
+	}
+	var got []string
+	for _, s := range conf.Servers {
+		got = append(got, fmt.Sprintf("%s/%s/%s/leader=%v/voter=%v", s.ID, s.Node, s.Address, s.Leader, s.Voter))
+	}
+	sort.Strings(got)
+	var want []string
+	for _, s := range servers {
+		want = append(want, fmt.Sprintf("%s/%s/%s/leader=%v/voter=true", s.node, s.node, s.raftAddr, s == leader))
+	}
+	sort.Strings(want)
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("%s: RaftGetConfiguration servers\n  %s\nwant\n  %s", what, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// lockWithin is l.Lock bounded by d: it fails the test if Lock errs or has
+// not returned by then.
+func lockWithin(t *testing.T, who string, l *api.Lock, d time.Duration) <-chan struct{} {
+	t.Helper()
+	stop := make(chan struct{})
+	timer := time.AfterFunc(d, func() { close(stop) })
+	defer timer.Stop()
+	lost, err := l.Lock(stop)
+	if err != nil || lost == nil {
+		t.Fatalf("%s: Lock: %v (nil channel: not acquired within %v)", who, err, d)
+	}
+	return lost
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestClusterLockSurvivesLeaderKill: a lock taken through a follower
+// survives a SIGKILL of the leader, as do the values written before it; the
+// lock still excludes a second client through the other survivor and
+// passes to it on unlock; writes go on through both survivors. list-peers
+// and Consul's operator API show the configuration; the killed server,
+// restarted on its directory, catches up as a follower; a follower that
+// is gone is removed with remove-peer.
+func TestClusterLockSurvivesLeaderKill(t *testing.T) {
+	t.Parallel()
+	servers, leader := startCluster(t, 3)
+	followers := others(servers, leader)
+	f1, f2 := followers[0], followers[1]
+	c1, c2 := f1.client(t), f2.client(t)
+	const key = "cluster/service/leader"
+
+	// A session made through a follower, naming no node, is the
+	// follower's, with its gossip check.
+	id, _, err := c1.Session().Create(&api.SessionEntry{Name: "cluster-a", LockDelay: time.Second}, nil)
+	if err != nil {
+		t.Fatalf("session create through follower %s: %v", f1.node, err)
+	}
+	info, _, err := leader.client(t).Session().Info(id, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || info == nil || info.Node != f1.node || sessionNodeChecks(info) != "serfHealth" {
+		t.Fatalf("session made through follower %s, as the leader has it: %+v %v", f1.node, info, err)
+	}
+	// Its holder's monitor rides out the election: its blocking reads
+	// fail while there is no leader, and are retried.
+	lockA, err := c1.LockOpts(&api.LockOptions{Key: key, Value: []byte("A"), Session: id,
+		MonitorRetries: 80, MonitorRetryTime: 250 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lostA := lockWithin(t, "A through "+f1.node, lockA, 15*time.Second)
+	const nValues = 10
+	for i := 0; i < nValues; i++ {
+		if _, err := c1.KV().Put(&api.KVPair{Key: fmt.Sprintf("cluster/v/%02d", i), Value: []byte(fmt.Sprintf("value-%d", i))}, nil); err != nil {
+			t.Fatalf("put %d through follower %s: %v", i, f1.node, err)
+		}
+	}
+	before, _, err := leader.client(t).KV().Get(key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || before == nil || before.Session != id || before.LockIndex != 1 || before.Flags != api.LockFlagValue {
+		t.Fatalf("lock key before the kill: %+v %v", before, err)
+	}
+
+	// SIGKILL the leader; the two others elect one of them.
+	killed := leader
+	killedAt := time.Now()
+	killed.a.kill()
+	survivors := []*clusterServer{f1, f2}
+	leader = waitLeader(t, survivors, 20*time.Second)
+	t.Logf("SIGKILL of leader %s -> %s leads, in %v", killed.node, leader.node, time.Since(killedAt).Round(time.Millisecond))
+
+	for _, s := range survivors {
+		c := s.client(t)
+		var p *api.KVPair
+		eventually(t, 15*time.Second, "the lock key readable through "+s.node, func() bool {
+			p, _, err = c.KV().Get(key, nil)
+			return err == nil
+		})
+		if p == nil || p.Session != id || p.LockIndex != before.LockIndex || string(p.Value) != "A" {
+			t.Fatalf("lock key through %s after the kill: %+v, want session %s and lock index %d", s.node, p, id, before.LockIndex)
+		}
+		pairs, _, err := c.KV().List("cluster/v/", nil)
+		if err != nil || len(pairs) != nValues {
+			t.Fatalf("values through %s after the kill: %d of %d, %v", s.node, len(pairs), nValues, err)
+		}
+		for i, p := range pairs {
+			if p.Key != fmt.Sprintf("cluster/v/%02d", i) || string(p.Value) != fmt.Sprintf("value-%d", i) {
+				t.Fatalf("value %d through %s after the kill: %s=%q", i, s.node, p.Key, p.Value)
+			}
+		}
+		if info, _, err := c.Session().Info(id, nil); err != nil || info == nil || info.Node != f1.node {
+			t.Fatalf("A's session through %s after the kill: %+v %v", s.node, info, err)
+		}
+	}
+	if isClosed(lostA) {
+		t.Fatal("A's lock reports lost after the leader's kill")
+	}
+
+	// A second client through the other survivor does not get the lock
+	// while A holds it...
+	sT, _, err := c2.Session().Create(&api.SessionEntry{Name: "cluster-try", LockDelay: time.Millisecond}, nil)
+	if err != nil {
+		t.Fatalf("session create through %s: %v", f2.node, err)
+	}
+	try, err := c2.LockOpts(&api.LockOptions{Key: key, Value: []byte("B"), Session: sT, LockTryOnce: true, LockWaitTime: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tryStart := time.Now()
+	if ch, err := try.Lock(nil); err != nil || ch != nil {
+		t.Fatalf("second client's try through %s while A holds the lock: held %v, %v", f2.node, ch != nil, err)
+	}
+	if d := time.Since(tryStart); d < 900*time.Millisecond || d > 10*time.Second {
+		t.Fatalf("second client's try returned after %v, not after its 1s wait", d)
+	}
+	if _, err := c2.Session().Destroy(sT, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// ...and waits in Lock until A unlocks, then gets it.
+	lockB, err := c2.LockOpts(&api.LockOptions{Key: key, Value: []byte("B"),
+		MonitorRetries: 10, MonitorRetryTime: 250 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopB := make(chan struct{})
+	var stopOnce sync.Once
+	t.Cleanup(func() { stopOnce.Do(func() { close(stopB) }) })
+	type lockResult struct {
+		lost <-chan struct{}
+		err  error
+	}
+	gotB := make(chan lockResult, 1)
+	go func() {
+		ch, err := lockB.Lock(stopB)
+		gotB <- lockResult{ch, err}
+	}()
+	eventually(t, 10*time.Second, "B's lock session on "+f2.node, func() bool {
+		list, _, err := c2.Session().Node(f2.node, nil)
+		return err == nil && len(list) == 1
+	})
+	select {
+	case r := <-gotB:
+		t.Fatalf("B returned from Lock while A held it: held %v, %v", r.lost != nil, r.err)
+	default:
+	}
+	unlockedAt := time.Now()
+	if err := lockA.Unlock(); err != nil {
+		t.Fatalf("A unlock through %s: %v", f1.node, err)
+	}
+	var lostB <-chan struct{}
+	select {
+	case r := <-gotB:
+		if r.err != nil || r.lost == nil {
+			t.Fatalf("B's Lock: held %v, %v", r.lost != nil, r.err)
+		}
+		lostB = r.lost
+	case <-time.After(10 * time.Second):
+		t.Fatal("B did not get the lock within 10s of A's unlock")
+	}
+	if d := time.Since(unlockedAt); d > 4*time.Second {
+		t.Errorf("hand-off took %v", d)
+	}
+	select {
+	case <-lostA: // A's monitor sees the key is no longer its session's
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's lost channel not closed within 10s of its unlock")
+	}
+	after, _, err := c1.KV().Get(key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || after == nil || after.Session == "" || after.Session == id || string(after.Value) != "B" || after.LockIndex != before.LockIndex+1 {
+		t.Fatalf("lock key after the hand-off: %+v %v", after, err)
+	}
+	if info, _, err := c1.Session().Info(after.Session, nil); err != nil || info == nil || info.Node != f2.node {
+		t.Fatalf("B's session: %+v %v, want node %s", info, err, f2.node)
+	}
+
+	// Writes go on through both survivors, and each sees the other's.
+	for _, s := range survivors {
+		c := s.client(t)
+		for i := 0; i < 5; i++ {
+			if _, err := c.KV().Put(&api.KVPair{Key: fmt.Sprintf("cluster/after/%s/%d", s.node, i), Value: []byte(s.node)}, nil); err != nil {
+				t.Fatalf("put through %s after the kill: %v", s.node, err)
+			}
+		}
+	}
+	for _, s := range survivors {
+		pairs, _, err := s.client(t).KV().List("cluster/after/", &api.QueryOptions{RequireConsistent: true})
+		if err != nil || len(pairs) != 10 {
+			t.Fatalf("writes after the kill, through %s: %d of 10, %v", s.node, len(pairs), err)
+		}
+	}
+	if isClosed(lostB) {
+		t.Fatal("B's lock reports lost")
+	}
+	if err := lockB.Unlock(); err != nil {
+		t.Fatalf("B unlock: %v", err)
+	}
+
+	// The configuration still holds the killed server, as a voter that
+	// does not lead.
+	rows, out, err := listPeers(f1, false)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	checkPeers(t, "list-peers through "+f1.node+" after the kill", rows, out, servers, leader)
+	checkRaftConfiguration(t, "through "+f2.node+" after the kill", c2, servers, leader)
+
+	// Restarted on its directory and addresses, the killed server comes
+	// back as a follower and catches up.
+	restartAt := time.Now()
+	killed.launch(t, false)
+	latest := "latest-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	if _, err := leader.client(t).KV().Put(&api.KVPair{Key: "cluster/latest", Value: []byte(latest)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ck := killed.client(t)
+	eventually(t, 20*time.Second, killed.node+" restarted follows "+leader.node+" and has the latest value", func() bool {
+		l, err := ck.Status().Leader()
+		if err != nil || l != leader.raftAddr {
+			return false
+		}
+		p, _, err := ck.KV().Get("cluster/latest", &api.QueryOptions{AllowStale: true})
+		return err == nil && p != nil && string(p.Value) == latest
+	})
+	t.Logf("restart of %s -> caught up in %v", killed.node, time.Since(restartAt).Round(time.Millisecond))
+	killed.a.waitReady()
+	if l := waitLeader(t, servers, 10*time.Second); l != leader {
+		t.Fatalf("leader changed to %s when %s came back", l.node, killed.node)
+	}
+	for _, stale := range []bool{false, true} {
+		rows, out, err := listPeers(killed, stale)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		checkPeers(t, fmt.Sprintf("list-peers (stale %v) through restarted %s", stale, killed.node), rows, out, servers, leader)
+	}
+	if p, _, err := ck.KV().Get(key, &api.QueryOptions{AllowStale: true}); err != nil || p == nil || p.Session != "" || p.LockIndex != before.LockIndex+1 {
+		t.Fatalf("lock key through restarted %s: %+v %v", killed.node, p, err)
+	}
+
+	// A follower gone for good: once the leader's pool holds it failed,
+	// remove-peer takes it out of the configuration.
+	victim := others(servers, leader)[0]
+	rest := others(servers, victim)
+	victim.a.kill()
+	victimAt := time.Now()
+	eventually(t, 20*time.Second, victim.node+" failed in the leader's pool", func() bool {
+		return membersOf(t, leader.a)[victim.node] == "failed server"
+	})
+	t.Logf("SIGKILL of follower %s -> failed in gossip in %v", victim.node, time.Since(victimAt).Round(time.Millisecond))
+	stdout, stderr, code := runHoldfast(t, "operator", "raft", "remove-peer", "-id", victim.node, "-http-addr", leader.httpAddr)
+	if want := fmt.Sprintf("Removed peer with id %q", victim.node); code != 0 || strings.TrimSpace(stdout) != want {
+		t.Fatalf("remove-peer -id %s: exit %d\nstdout:\n%s\nstderr:\n%s\nwant %q", victim.node, code, stdout, stderr, want)
+	}
+	rows, out, err = listPeers(leader, false)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	checkPeers(t, "list-peers after remove-peer", rows, out, rest, leader)
+	other := others(rest, leader)[0]
+	checkRaftConfiguration(t, "through "+other.node+" after remove-peer", other.client(t), rest, leader)
+	// A second removal finds no such peer (and says so through a follower,
+	// which forwards it).
+	stdout, stderr, code = runHoldfast(t, "operator", "raft", "remove-peer", "-id", victim.node, "-http-addr", other.httpAddr)
+	if code != 1 || !strings.Contains(stderr, fmt.Sprintf("no server with ID %q", victim.node)) {
+		t.Fatalf("second remove-peer -id %s: exit %d\nstdout:\n%s\nstderr:\n%s", victim.node, code, stdout, stderr)
+	}
+	// The two left are the quorum: writes go on through the follower.
+	if _, err := other.client(t).KV().Put(&api.KVPair{Key: "cluster/after-remove", Value: []byte("ok")}, nil); err != nil {
+		t.Fatalf("put through %s after remove-peer: %v", other.node, err)
+	}
+}
+
+// TestClusterSemaphoreThroughEveryServer: a semaphore of limit 2 with three
+// contenders, each through a different server of a cluster of three (two
+// followers and the leader). Two hold it, the third waits and gets in when
+// one releases, twice; never more than two hold it.
+func TestClusterSemaphoreThroughEveryServer(t *testing.T) {
+	t.Parallel()
+	servers, leader := startCluster(t, 3)
+	followers := others(servers, leader)
+	// Contender i goes through via[i]: the two that get in first through
+	// a follower and the leader, the one that waits through the other
+	// follower.
+	via := []*clusterServer{followers[0], leader, followers[1]}
+	const prefix = "cluster/sem"
+	var (
+		mu      sync.Mutex
+		holders int
+		most    int
+	)
+	enter := func() {
+		mu.Lock()
+		holders++
+		most = max(most, holders)
+		mu.Unlock()
+	}
+	leave := func() {
+		mu.Lock()
+		holders--
+		mu.Unlock()
+	}
+	sems := make([]*api.Semaphore, len(via))
+	for i, s := range via {
+		sem, err := s.client(t).SemaphoreOpts(&api.SemaphoreOptions{Prefix: prefix, Limit: 2, Value: []byte(s.node),
+			MonitorRetries: 5, MonitorRetryTime: 250 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sems[i] = sem
+	}
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	t.Cleanup(func() { stopOnce.Do(func() { close(stop) }) })
+	acquire := func(i int) <-chan error {
+		got := make(chan error, 1)
+		go func() {
+			lost, err := sems[i].Acquire(stop)
+			if err == nil && lost == nil {
+				err = errStopped
+			}
+			if err == nil {
+				enter()
+			}
+			got <- err
+		}()
+		return got
+	}
+	waitGot := func(i int, got <-chan error, what string) {
+		t.Helper()
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("contender %d through %s %s: %v", i, via[i].node, what, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("contender %d through %s did not get in within 10s %s", i, via[i].node, what)
+		}
+	}
+	c := leader.client(t)
+	// holderNodes is the nodes of the sessions .lock holds, sorted.
+	holderNodes := func() string {
+		t.Helper()
+		var nodes []string
+		for s := range lockHolders(t, c, prefix) {
+			info, _, err := c.Session().Info(s, nil)
+			if err != nil || info == nil {
+				t.Fatalf("holder session %s: %+v %v", s, info, err)
+			}
+			nodes = append(nodes, info.Node)
+		}
+		sort.Strings(nodes)
+		return strings.Join(nodes, ",")
+	}
+	nodesOf := func(idx ...int) string {
+		var nodes []string
+		for _, i := range idx {
+			nodes = append(nodes, via[i].node)
+		}
+		sort.Strings(nodes)
+		return strings.Join(nodes, ",")
+	}
+	contenderKeys := func() int {
+		pairs, _, err := c.KV().List(prefix+"/", nil)
+		if err != nil {
+			return -1
+		}
+		return len(pairs) - 1 // less .lock
+	}
+
+	waitGot(0, acquire(0), "first")
+	waitGot(1, acquire(1), "second")
+	got2 := acquire(2)
+	eventually(t, 10*time.Second, "the third contender's key", func() bool { return contenderKeys() == 3 })
+	select {
+	case err := <-got2:
+		t.Fatalf("third contender got in over the limit: %v", err)
+	default:
+	}
+	if h := holderNodes(); h != nodesOf(0, 1) {
+		t.Fatalf(".lock holders' nodes %s, want %s", h, nodesOf(0, 1))
+	}
+	// Each contender's session is bound to the node of the server it went
+	// through.
+	list, _, err := c.Session().List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sessNodes []string
+	for _, s := range list {
+		sessNodes = append(sessNodes, s.Node)
+	}
+	sort.Strings(sessNodes)
+	if got := strings.Join(sessNodes, ","); got != nodesOf(0, 1, 2) {
+		t.Fatalf("contenders' session nodes %s, want %s", got, nodesOf(0, 1, 2))
+	}
+
+	// The contender through a follower releases: the one through the
+	// other follower gets in.
+	leave()
+	if err := sems[0].Release(); err != nil {
+		t.Fatalf("release through %s: %v", via[0].node, err)
+	}
+	waitGot(2, got2, "after a release through "+via[0].node)
+	if h := holderNodes(); h != nodesOf(1, 2) {
+		t.Fatalf(".lock holders' nodes after the first hand-over %s, want %s", h, nodesOf(1, 2))
+	}
+
+	// Again the other way: the first contender waits, the leader's
+	// contender releases.
+	got0 := acquire(0)
+	eventually(t, 10*time.Second, "the first contender's key again", func() bool { return contenderKeys() == 3 })
+	select {
+	case err := <-got0:
+		t.Fatalf("first contender got back in over the limit: %v", err)
+	default:
+	}
+	leave()
+	if err := sems[1].Release(); err != nil {
+		t.Fatalf("release through %s: %v", via[1].node, err)
+	}
+	waitGot(0, got0, "after a release through "+via[1].node)
+	if h := holderNodes(); h != nodesOf(0, 2) {
+		t.Fatalf(".lock holders' nodes after the second hand-over %s, want %s", h, nodesOf(0, 2))
+	}
+	mu.Lock()
+	if most > 2 {
+		t.Errorf("%d holders at once", most)
+	}
+	mu.Unlock()
+	for _, i := range []int{0, 2} {
+		leave()
+		if err := sems[i].Release(); err != nil {
+			t.Fatalf("release through %s: %v", via[i].node, err)
+		}
+	}
+	if err := sems[2].Destroy(); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+}
+
+// TestClusterJoinAddsServer: a server started alone bootstraps a cluster
+// of itself; a second one started with -join and no -bootstrap-expect
+// waits, is added by the first as a voter, replicates what was written
+// before it came, and forwards writes.
+func TestClusterJoinAddsServer(t *testing.T) {
+	t.Parallel()
+	if binPath == "" {
+		t.Skip("e2e tests do not run under -short")
+	}
+	s1 := newClusterServer(t, "j1")
+	s1.launch(t, true)
+	s1.a.waitReady() // it leads alone
+	c1 := s1.client(t)
+	if _, err := c1.KV().Put(&api.KVPair{Key: "join/before", Value: []byte("written alone")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	rows, out, err := listPeers(s1, false)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	checkPeers(t, "list-peers of the lone server", rows, out, []*clusterServer{s1}, s1)
+
+	s2 := newClusterServer(t, "j2")
+	s2.flags = func() []string { return []string{"-join", s1.serfAddr} }
+	joinAt := time.Now()
+	s2.launch(t, true)
+	if want := "cluster: a new data directory waits to be added by the leader of the pool it joins"; !strings.Contains(s2.a.stdout.String(), want) {
+		t.Errorf("joining server's banner lacks %q:\n%s", want, s2.a.stdout.String())
+	}
+	both := []*clusterServer{s1, s2}
+	eventually(t, startTimeout, "list-peers shows j2 added as a voter", func() bool {
+		rows, _, err := listPeers(s1, false)
+		return err == nil && len(rows) == 2
+	})
+	rows, out, err = listPeers(s1, false)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	checkPeers(t, "list-peers after the join", rows, out, both, s1)
+	c2 := s2.client(t)
+	eventually(t, 20*time.Second, "a stale read through j2 returns the key written before it came", func() bool {
+		p, _, err := c2.KV().Get("join/before", &api.QueryOptions{AllowStale: true})
+		return err == nil && p != nil && string(p.Value) == "written alone"
+	})
+	t.Logf("join -> added and caught up in %v", time.Since(joinAt).Round(time.Millisecond))
+	if l := waitLeader(t, both, 10*time.Second); l != s1 {
+		t.Fatalf("leader after the join is %s, want j1", l.node)
+	}
+	s2.a.waitReady()
+	rows, out, err = listPeers(s2, true)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	checkPeers(t, "list-peers -stale through j2", rows, out, both, s1)
+
+	// A write through j2 is forwarded to j1.
+	if _, err := c2.KV().Put(&api.KVPair{Key: "join/after", Value: []byte("through j2")}, nil); err != nil {
+		t.Fatalf("put through j2: %v", err)
+	}
+	if p, _, err := c1.KV().Get("join/after", &api.QueryOptions{RequireConsistent: true}); err != nil || p == nil || string(p.Value) != "through j2" {
+		t.Fatalf("j2's write as j1 has it: %+v %v", p, err)
+	}
+	ok, _, err := c2.KV().CAS(&api.KVPair{Key: "join/after", Value: []byte("cas through j2"), ModifyIndex: 1}, nil)
+	if err != nil || ok {
+		t.Fatalf("CAS with a stale index through j2: %v %v", ok, err)
+	}
+	checkRaftConfiguration(t, "through j2", c2, both, s1)
+}
+
+// TestClusterFlagErrors: the agent refuses cluster flags that cannot work,
+// saying why, before it starts anything; -dev with -bootstrap-expect 1 (a
+// cluster of one) still runs.
+func TestClusterFlagErrors(t *testing.T) {
+	t.Parallel()
+	if binPath == "" {
+		t.Skip("e2e tests do not run under -short")
+	}
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-dev", "-bootstrap-expect", "3"}, []string{"-dev", "-data-dir"}},
+		{[]string{"-dev", "-bootstrap-expect", "2"}, []string{"-dev", "-data-dir"}},
+		{[]string{"-dev", "-join", "127.0.0.1:1"}, []string{"-dev", "-data-dir"}},
+		{[]string{"-server=false", "-bootstrap-expect", "3"}, []string{"-bootstrap-expect is for servers"}},
+		{[]string{"-data-dir", t.TempDir(), "-bootstrap-expect", "-1"}, []string{"-bootstrap-expect must be 0 or more"}},
+	} {
+		args := append([]string{"agent", "-node", "flagerr", "-http-addr", freeAddr(t), "-serf-addr", freeAddr(t)}, c.args...)
+		if c.args[0] != "-server=false" {
+			args = append(args, "-server-addr", freeAddr(t))
+		}
+		stdout, stderr, code := runHoldfast(t, args...)
+		out := stdout + stderr
+		ok := code == 1 && !strings.Contains(stdout, "holdfast agent running")
+		for _, w := range c.want {
+			ok = ok && strings.Contains(out, w)
+		}
+		if !ok {
+			t.Errorf("holdfast agent %s: exit %d, want 1 and a message with %q\nstdout:\n%s\nstderr:\n%s",
+				strings.Join(c.args, " "), code, c.want, stdout, stderr)
+		}
+	}
+
+	// The refusal is of clusters, not of the flag: a -dev server expecting
+	// one server bootstraps alone.
+	a := launchWith(t, "dev-expect-1", "-dev", "-bootstrap-expect", "1", "-server-addr", freeAddr(t),
+		"-serf-addr", "127.0.0.1:0", "-gossip-profile", gossipProfile())
+	a.waitReady()
+	a.kill()
+}
