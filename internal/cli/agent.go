@@ -30,12 +30,18 @@ var _ httpapi.Backend = (*server.Server)(nil)
 
 const agentUsage = `Usage: holdfast agent [options]
 
-Runs a holdfast server: raft-replicated state (a single voter by default)
-and Consul's HTTP API.
+Runs a holdfast server: raft-replicated state (a single voter by default,
+or one of a cluster of servers) and Consul's HTTP API.
 
   holdfast agent -dev                 in-memory, for trying things out
   holdfast agent -data-dir DIR        durable: every key and session survives a restart
   holdfast agent                      durable, in the default data directory
+  holdfast agent -data-dir DIR -bootstrap-expect 3 -join ADDR
+                                      one of three servers of a cluster: they
+                                      bootstrap it once the pool holds all three
+  holdfast agent -data-dir DIR -join ADDR
+                                      a server that waits to be added to the
+                                      cluster of ADDR's pool by its leader
   holdfast agent -server=false -join ADDR
                                       a client agent: gossip and HTTP only,
                                       forwarding to the servers of ADDR's pool

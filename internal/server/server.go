@@ -238,7 +238,8 @@ type Server struct {
 }
 
 // New starts a server. With no existing raft state it bootstraps a cluster
-// of one voter (itself), so a lone server elects itself at once.
+// of one voter (itself), so a lone server elects itself at once, unless
+// Config.Bootstrap says otherwise (see cluster.go).
 func New(cfg Config) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -534,9 +535,9 @@ func (s *Server) logReplay(st *stores) {
 }
 
 // checkMember refuses raft state whose configuration does not have this
-// server in it. holdfast never adds a server to a configuration: each
-// server bootstraps its own, with its node name as the raft ID. Raft state
-// made under another node name (a renamed host, while -node defaults to
+// server in it. A server's raft ID is its node name, in the configuration
+// it bootstrapped or the one a leader added it to. Raft state made under
+// another node name (a renamed host, while -node defaults to
 // the host name; a forgotten -node) leaves this server out of its own
 // configuration, and raft would never elect it: it would run on, answering
 // "No cluster leader" to everything.
