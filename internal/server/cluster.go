@@ -244,7 +244,10 @@ func (s *Server) tryBootstrap(ctx context.Context) (done bool, why string) {
 		return true, ""
 	}
 	want := s.cfg.BootstrapExpect
-	var servers []raft.Server
+	var (
+		servers []raft.Server
+		others  []gossip.Member
+	)
 	for _, m := range s.serf.members.Members() {
 		addr, ok := s.serverMember(m)
 		if !ok || m.Status != gossip.StatusAlive {
@@ -254,6 +257,9 @@ func (s *Server) tryBootstrap(ctx context.Context) (done bool, why string) {
 			return false, fmt.Sprintf("server %s expects %q servers, this one %d: give every server the same -bootstrap-expect", m.Name, e, want)
 		}
 		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(m.Name), Address: raft.ServerAddress(addr)})
+		if m.Name != s.cfg.NodeName {
+			others = append(others, m)
+		}
 	}
 	if len(servers) < want {
 		return false, fmt.Sprintf("%d of the %d expected servers are in the gossip pool", len(servers), want)
@@ -264,23 +270,13 @@ func (s *Server) tryBootstrap(ctx context.Context) (done bool, why string) {
 	// One of them in a cluster already means the cluster exists: its
 	// leader adds this server. Bootstrapping beside it would write a
 	// different first entry at the same index and term.
-	for _, srv := range servers {
-		if string(srv.ID) == s.cfg.NodeName {
-			continue
-		}
-		m, _ := s.serf.members.(interface {
-			Member(string) (gossip.Member, bool)
-		})
-		var mem gossip.Member
-		if m != nil {
-			mem, _ = m.Member(string(srv.ID))
-		}
-		in, err := s.peerInCluster(ctx, mem)
+	for _, m := range others {
+		in, err := s.peerInCluster(ctx, m)
 		if err != nil {
-			return false, fmt.Sprintf("cannot ask server %s whether it is in a cluster: %v", srv.ID, err)
+			return false, fmt.Sprintf("cannot ask server %s whether it is in a cluster: %v", m.Name, err)
 		}
 		if in {
-			s.log.Info("a server of the pool is in a cluster already: waiting for its leader to add this one", "server", srv.ID)
+			s.log.Info("a server of the pool is in a cluster already: waiting for its leader to add this one", "server", m.Name)
 			return true, ""
 		}
 	}
