@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
 # failover.sh: how long a three-server holdfast cluster takes no writes
-# when its leader is killed.
+# when its leader is killed, or stopped on purpose.
 #
 # Builds holdfast, starts three durable servers on loopback (free ports,
 # data in a temporary directory, -bootstrap-expect 3, the default lan
-# gossip profile and raft timing), then N times: kills the leader with
-# SIGKILL, times from the kill to the first PUT answered "true" through a
-# survivor (a PUT every 10 ms, each bounded at 2 s), and restarts the
-# killed server on its data directory. Prints each time and the median.
+# gossip profile and raft timing), then N times: sends the leader a signal
+# (SIGKILL, or with -s TERM a SIGTERM: an agent stopping on purpose), times
+# from the signal to the first PUT answered "true" through a survivor (a
+# PUT every 10 ms, each bounded at 2 s), and restarts the stopped server on
+# its data directory. Prints each time and the median.
 #
 #   bench/failover.sh            # 8 kills
-#   bench/failover.sh -n 20
+#   bench/failover.sh -n 20 -s TERM
+#   HOLDFAST_BIN=/path/to/holdfast bench/failover.sh   # a binary built elsewhere
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
 
 N=8
-while getopts "n:h" o; do
+SIG=KILL
+while getopts "n:s:h" o; do
 	case $o in
 	n) N=$OPTARG ;;
-	*) sed -n '2,13p' "$0"; exit 2 ;;
+	s) SIG=$OPTARG ;;
+	*) sed -n '2,15p' "$0"; exit 2 ;;
 	esac
 done
 command -v curl >/dev/null || { echo "failover.sh: needs curl" >&2; exit 1; }
@@ -31,7 +35,11 @@ cleanup() {
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
-go build -o "$TMP/holdfast" ./cmd/holdfast
+if [[ -n ${HOLDFAST_BIN:-} ]]; then
+	cp "$HOLDFAST_BIN" "$TMP/holdfast"
+else
+	go build -o "$TMP/holdfast" ./cmd/holdfast
+fi
 
 EPHEMERAL_LOW=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 USED=" "
@@ -99,7 +107,7 @@ for k in $(seq 1 "$N"); do
 	l=$(leader)
 	[[ -n $l ]] || { echo "failover.sh: no leader" >&2; exit 1; }
 	s=$((l % 3 + 1))
-	kill -9 "${PID[$l]}"
+	kill -s "$SIG" "${PID[$l]}"
 	t0=$(date +%s%N)
 	n=0
 	until [[ $(curl -s -m 2 -X PUT "http://${HTTP[$s]}/v1/kv/failover" -d "$k" 2>/dev/null) == true ]]; do
@@ -109,8 +117,9 @@ for k in $(seq 1 "$N"); do
 	t1=$(date +%s%N)
 	ms=$(((t1 - t0) / 1000000))
 	TIMES+=("$ms")
-	echo "kill $k: leader server$l killed; a write through server$s answered after $ms ms ($n refused)"
+	echo "stop $k: leader server$l sent SIG$SIG; a write through server$s answered after $ms ms ($n refused)"
+	while kill -0 "${PID[$l]}" 2>/dev/null; do sleep 0.05; done
 	start "$l"
 	ready
 done
-printf '%s\n' "${TIMES[@]}" | sort -n | awk '{a[NR]=$1} END {m = (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "failover over %d kills: min %d ms, median %d ms, max %d ms\n", NR, a[1], m, a[NR]}'
+printf '%s\n' "${TIMES[@]}" | sort -n | awk '{a[NR]=$1} END {m = (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "failover over %d stops (SIG'"$SIG"'): min %d ms, median %d ms, max %d ms\n", NR, a[1], m, a[NR]}'

@@ -258,6 +258,12 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		logger.Error("stopping: " + err.Error())
 		runErr = &ExitError{Code: 1, Msg: "agent: " + err.Error()}
 	}
+	// Leading a cluster, hand the leadership over first: the others need
+	// not wait out an election timeout, and requests that arrive here
+	// meanwhile are forwarded to the new leader.
+	if err := srv.TransferLeadership(5 * time.Second); err != nil {
+		logger.Warn("stopping without handing the leadership over: the others elect a leader when they miss this one", "error", err)
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	stopHTTP()

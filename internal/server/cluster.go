@@ -332,3 +332,29 @@ func (s *Server) peerInCluster(ctx context.Context, m gossip.Member) (bool, erro
 	}
 	return len(peers) > 0, nil
 }
+
+// TransferLeadership, while this server leads a cluster of more than one
+// voter, hands the leadership to the most up-to-date follower and waits
+// until it has gone (at most timeout): an agent stopping on purpose calls
+// it first, so that the cluster does not wait out an election timeout
+// without a leader. Writes arriving meanwhile are refused with
+// ErrNoLeader, which clients retry. It returns nil when there was nothing
+// to hand over.
+func (s *Server) TransferLeadership(timeout time.Duration) error {
+	if s.raft.State() != raft.Leader || s.soleVoter() {
+		return nil
+	}
+	f := s.raft.LeadershipTransfer()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("server: handing over the leadership: %w", err)
+		}
+		s.log.Info("handed the leadership over before stopping")
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("server: handing over the leadership took more than %v", timeout)
+	}
+}

@@ -281,3 +281,53 @@ func TestBootstrapExpectNeedsGossip(t *testing.T) {
 		t.Fatalf("expect 1: %v", err)
 	}
 }
+
+// TestClusterTransferLeadership: a leader stopping on purpose hands the
+// leadership to another server, which then takes writes; a lone server
+// has nothing to hand over.
+func TestClusterTransferLeadership(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three servers on real raft and gossip")
+	}
+	c := newTestCluster(t)
+	s1 := c.start("n1", BootstrapExpect, 3, nil)
+	s2 := c.start("n2", BootstrapExpect, 3, s1)
+	s3 := c.start("n3", BootstrapExpect, 3, s1)
+	servers := []*Server{s1, s2, s3}
+	l := c.leader(servers...)
+	for _, s := range servers {
+		gaWait(t, 10*time.Second, s.NodeName()+" knows the three voters", func() bool {
+			return equalStrings(voters(t, s), []string{"n1", "n2", "n3"})
+		})
+	}
+	if err := l.TransferLeadership(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	nl := c.leader(others(servers, l)...)
+	if l.IsLeader() {
+		t.Fatal("the old leader still leads")
+	}
+	ok, _, err := nl.KVS(context.Background(), &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: "k", Value: []byte("v")}})
+	if err != nil || !ok {
+		t.Fatalf("a write on the new leader: %v %v", ok, err)
+	}
+	if err := l.TransferLeadership(time.Second); err != nil {
+		t.Fatalf("a follower has nothing to hand over: %v", err)
+	}
+
+	solo := newTestCluster(t).start("solo", BootstrapAlone, 0, nil)
+	c.leader(solo)
+	if err := solo.TransferLeadership(time.Second); err != nil || !solo.IsLeader() {
+		t.Fatalf("a lone server: %v, leader %v", err, solo.IsLeader())
+	}
+}
+
+func others(all []*Server, not *Server) []*Server {
+	var out []*Server
+	for _, s := range all {
+		if s != not {
+			out = append(out, s)
+		}
+	}
+	return out
+}
