@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -357,4 +360,47 @@ func (s *Server) TransferLeadership(timeout time.Duration) error {
 	case <-time.After(timeout):
 		return fmt.Errorf("server: handing over the leadership took more than %v", timeout)
 	}
+}
+
+// peersFile, in the data directory's raft directory, asks a server to
+// recover its cluster's configuration at start (Consul's peers.json).
+const peersFile = "peers.json"
+
+// recoverPeers applies <dir>/raft/peers.json if it exists: the cluster
+// lost its majority for good, and an operator lists the servers that are
+// left (the same file on each of them, all stopped), as Consul's
+// peers.json: [{"id": "n1", "address": "10.0.0.1:8300", "non_voter": false}].
+// raft rewrites the configuration under the log (RecoverCluster), the
+// file is removed, and the servers elect a leader among themselves.
+func recoverPeers(cfg *Config, rc *raft.Config, f raft.FSM, st *stores, trans raft.Transport) error {
+	if cfg.DataDir == "" {
+		return nil
+	}
+	path := filepath.Join(cfg.DataDir, raftDirName, peersFile)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	conf, err := raft.ReadConfigJSON(path)
+	if err != nil {
+		return fmt.Errorf("%s: %v (want [{\"id\": \"node\", \"address\": \"host:port\", \"non_voter\": false}, ...])", path, err)
+	}
+	found := false
+	for _, srv := range conf.Servers {
+		if srv.ID == rc.LocalID {
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("%s does not list this server (ID %q): it would never be elected; list every server that is left, this one included", path, rc.LocalID)
+	}
+	cfg.Logger.Warn("recovering the raft configuration from "+path+": the cluster is what the file lists", "servers", len(conf.Servers))
+	if err := raft.RecoverCluster(rc, f, st.log, st.stable, st.snaps, trans, conf); err != nil {
+		return fmt.Errorf("recovering the raft configuration from %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("recovered the raft configuration, but cannot remove %s (remove it before the next start): %w", path, err)
+	}
+	return nil
 }

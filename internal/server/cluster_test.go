@@ -2,7 +2,13 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"sort"
 	"sync"
 	"testing"
@@ -33,8 +39,19 @@ func newTestCluster(t *testing.T) *testCluster {
 // servers) and joins it to the pool of join, if set.
 func (c *testCluster) start(name string, mode BootstrapMode, expect int, join *Server) *Server {
 	c.t.Helper()
+	s, err := c.startIn(name, mode, expect, join, "", "127.0.0.1:0")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return s
+}
+
+// startIn is start with a data directory (empty: in memory) and a raft
+// address, returning New's error.
+func (c *testCluster) startIn(name string, mode BootstrapMode, expect int, join *Server, dir, raftAddr string) (*Server, error) {
+	c.t.Helper()
 	cfg := Config{
-		NodeName: name, RaftAddr: "127.0.0.1:0", Clock: c.clk,
+		NodeName: name, RaftAddr: raftAddr, DataDir: dir, Clock: c.clk,
 		Logger:    hclog.New(&hclog.LoggerOptions{Output: io.Discard}),
 		Gossip:    &gossip.Config{BindAddr: "127.0.0.1", Profile: gossip.ProfileFast, Logger: hclog.NewNullLogger()},
 		Bootstrap: mode, BootstrapExpect: expect,
@@ -53,7 +70,7 @@ func (c *testCluster) start(name string, mode BootstrapMode, expect int, join *S
 	}
 	s, err := New(cfg)
 	if err != nil {
-		c.t.Fatal(err)
+		return nil, err
 	}
 	c.t.Cleanup(func() { s.Shutdown() })
 	c.mu.Lock()
@@ -64,7 +81,7 @@ func (c *testCluster) start(name string, mode BootstrapMode, expect int, join *S
 			c.t.Fatal(err)
 		}
 	}
-	return s
+	return s, nil
 }
 
 // leader waits (real time, moving the fake clock on for the servers'
@@ -330,4 +347,87 @@ func others(all []*Server, not *Server) []*Server {
 		}
 	}
 	return out
+}
+
+// TestClusterRecoverPeers: a cluster of three loses two servers for good.
+// The one left cannot elect itself (one of three is no majority) until an
+// operator lists it alone in raft/peers.json; at its next start it
+// recovers: it leads a cluster of itself with every write it had, and the
+// file is gone. A file that does not list the server, or does not decode,
+// stops the start with a sentence saying so.
+func TestClusterRecoverPeers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers on real raft and gossip")
+	}
+	c := newTestCluster(t)
+	dirs := map[string]string{}
+	addrs := map[string]string{}
+	var servers []*Server
+	for i, name := range []string{"n1", "n2", "n3"} {
+		dirs[name] = t.TempDir()
+		addrs[name] = fmt.Sprintf("127.0.0.1:%d", gaFreePort(t))
+		var join *Server
+		if i > 0 {
+			join = servers[0]
+		}
+		s, err := c.startIn(name, BootstrapExpect, 3, join, dirs[name], addrs[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		servers = append(servers, s)
+	}
+	l := c.leader(servers...)
+	for i := 0; i < 20; i++ {
+		ok, _, err := l.KVS(context.Background(), &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: fmt.Sprintf("k%d", i), Value: []byte("v")}})
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+	}
+	s1 := servers[0]
+	gaWait(t, 10*time.Second, "n1 has every write", func() bool {
+		_, e := s1.State().KVGet(nil, "k19")
+		return e != nil
+	})
+	for _, s := range servers {
+		s.Shutdown()
+	}
+
+	peers := filepath.Join(dirs["n1"], "raft", "peers.json")
+	write := func(body string) {
+		if err := os.WriteFile(peers, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`[{"id": "n2", "address": "` + addrs["n2"] + `", "non_voter": false}]`)
+	if _, err := c.startIn("n1", BootstrapExpect, 3, nil, dirs["n1"], addrs["n1"]); err == nil ||
+		!strings.Contains(err.Error(), "peers.json does not list this server (ID \"n1\")") {
+		t.Fatalf("a peers.json without this server: %v", err)
+	}
+	write(`{"id": "n1"}`)
+	if _, err := c.startIn("n1", BootstrapExpect, 3, nil, dirs["n1"], addrs["n1"]); err == nil ||
+		!strings.Contains(err.Error(), "peers.json: ") || !strings.Contains(err.Error(), "want [{") {
+		t.Fatalf("a peers.json that does not decode: %v", err)
+	}
+
+	write(`[{"id": "n1", "address": "` + addrs["n1"] + `", "non_voter": false}]`)
+	r1, err := c.startIn("n1", BootstrapExpect, 3, nil, dirs["n1"], addrs["n1"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.leader(r1)
+	if got := voters(t, r1); !equalStrings(got, []string{"n1"}) {
+		t.Fatalf("voters after the recovery %v", got)
+	}
+	for i := 0; i < 20; i++ {
+		if _, e := r1.State().KVGet(nil, fmt.Sprintf("k%d", i)); e == nil {
+			t.Fatalf("k%d lost in the recovery", i)
+		}
+	}
+	if _, err := os.Stat(peers); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("peers.json after the recovery: %v", err)
+	}
+	ok, _, err := r1.KVS(context.Background(), &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: "after", Value: []byte("v")}})
+	if err != nil || !ok {
+		t.Fatalf("a write after the recovery: %v %v", ok, err)
+	}
 }

@@ -324,6 +324,10 @@ func New(cfg Config) (*Server, error) {
 			s.closeStores()
 			return nil, fmt.Errorf("server: %w", err)
 		}
+		if err := recoverPeers(&cfg, rc, s.fsm, st, trans); err != nil {
+			s.closeStores()
+			return nil, fmt.Errorf("server: %w", err)
+		}
 	}
 	r, err := newRaft(rc, s.fsm, st, trans, cfg.DataDir)
 	if err != nil {
