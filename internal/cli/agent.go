@@ -396,6 +396,8 @@ func bootstrapMode(expect int, joins, dev bool) (server.BootstrapMode, string, e
 		return 0, "", errors.New("agent: -dev keeps the raft state in memory, which a server of a cluster must not lose at a restart; give each server a -data-dir (a -dev server may still be joined by client agents)")
 	case expect >= 2:
 		return server.BootstrapExpect, fmt.Sprintf("a new data directory waits for %d servers in the gossip pool, then bootstraps a cluster of them (-bootstrap-expect)", expect), nil
+	case dev:
+		return server.BootstrapAlone, "in memory: a single voter", nil
 	case expect == 0 && joins:
 		return server.BootstrapNone, "a new data directory waits to be added by the leader of the pool it joins (-bootstrap-expect 1 bootstraps it alone)", nil
 	}
