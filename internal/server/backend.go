@@ -98,10 +98,22 @@ func (s *Server) KVS(ctx context.Context, req *state.KVRequest) (bool, time.Dura
 		return false, 0, err
 	}
 	if refused, left, err := s.refuseEarly(req); refused || err != nil {
-		if err == nil && req.Op == state.OpLock {
-			s.lockStats.count(false, left > 0)
+		if !s.soleVoter() {
+			// Judged on this server's applied state, which in a cluster
+			// may be a deposed leader's: answer only once a quorum
+			// confirms that it leads, judging again on the state that
+			// then holds every acknowledged write.
+			if err := s.ConsistentRead(ctx); err != nil {
+				return false, 0, err
+			}
+			refused, left, err = s.refuseEarly(req)
 		}
-		return false, left, err
+		if refused || err != nil {
+			if err == nil && req.Op == state.OpLock {
+				s.lockStats.count(false, left > 0)
+			}
+			return false, left, err
+		}
 	}
 	res, err := s.applyKVS(req)
 	if err := resultErr(res, err); err != nil {
@@ -133,9 +145,9 @@ func (s *Server) applyKVS(req *state.KVRequest) (*fsm.Result, error) {
 // so a deposed leader can never acknowledge a write that did not happen.
 // A refusal is judged on this server's applied state, which holds every
 // acknowledged write as long as it is the only voter; with several voters
-// a leader cut off from the others could refuse on a stale state until its
-// lease runs out, so a cluster must check its lease (raft's VerifyLeader)
-// before refusing, as consistent reads do.
+// a leader cut off from the others (or paused, and not yet told) could
+// refuse on a stale state, so in a cluster KVS confirms leadership with a
+// quorum (ConsistentRead) and judges again before refusing.
 func (s *Server) refuseEarly(req *state.KVRequest) (bool, time.Duration, error) {
 	st := s.State()
 	e := &req.Entry
@@ -238,7 +250,14 @@ func (s *Server) SessionDestroy(ctx context.Context, id string) error {
 		return err
 	}
 	if _, sess := s.State().SessionGet(nil, id); sess == nil {
-		return nil
+		// Gone from this server's state; in a cluster, a deposed
+		// leader's state may not have it yet: confirm, and look again.
+		if err := s.confirmLeading(ctx); err != nil {
+			return err
+		}
+		if _, sess := s.State().SessionGet(nil, id); sess == nil {
+			return nil
+		}
 	}
 	if err := resultErr(s.apply(fsm.TypeSessionDestroy, fsm.SessionDestroy{ID: id})); err != nil {
 		return err
@@ -248,9 +267,14 @@ func (s *Server) SessionDestroy(ctx context.Context, id string) error {
 }
 
 // SessionRenew restarts a session's TTL timer. It writes nothing to raft:
-// the timer is leader-local soft state.
+// the timer is leader-local soft state. In a cluster it first confirms
+// with a quorum that this server leads: a deposed leader that does not
+// know it yet must not answer 200 for a timer no leader runs.
 func (s *Server) SessionRenew(ctx context.Context, id string) (*state.Session, error) {
 	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	if err := s.confirmLeading(ctx); err != nil {
 		return nil, err
 	}
 	_, sess := s.State().SessionGet(nil, id)
@@ -323,7 +347,9 @@ func (s *Server) QuerySet(ctx context.Context, q *state.PreparedQuery) (string, 
 			return "", err
 		}
 		nq.ID = id
-	} else if _, old := s.State().QueryGet(nil, nq.ID); old == nil {
+	} else if old, err := s.queryConfirmed(ctx, nq.ID); err != nil {
+		return "", err
+	} else if old == nil {
 		return "", fmt.Errorf("%w: Cannot modify non-existent prepared query: '%s'", state.ErrQueryNotFound, nq.ID)
 	} else {
 		// The state machine refuses the update if this query is gone
@@ -334,6 +360,32 @@ func (s *Server) QuerySet(ctx context.Context, q *state.PreparedQuery) (string, 
 		return "", err
 	}
 	return nq.ID, nil
+}
+
+// queryConfirmed is the prepared query id from this server's state; when
+// it is not there, in a cluster, it looks again once a quorum confirms
+// that this server leads (a deposed leader's state may lack it).
+func (s *Server) queryConfirmed(ctx context.Context, id string) (*state.PreparedQuery, error) {
+	if _, q := s.State().QueryGet(nil, id); q != nil {
+		return q, nil
+	}
+	if err := s.confirmLeading(ctx); err != nil {
+		return nil, err
+	}
+	_, q := s.State().QueryGet(nil, id)
+	return q, nil
+}
+
+// confirmLeading returns nil once an answer judged on this server's
+// applied state may be given: at once while it is the only voter (its
+// state holds every acknowledged write); in a cluster once a quorum
+// confirms that it still leads (ConsistentRead). Callers judge on the
+// state after it returns.
+func (s *Server) confirmLeading(ctx context.Context) error {
+	if s.soleVoter() {
+		return nil
+	}
+	return s.ConsistentRead(ctx)
 }
 
 // QueryDelete deletes a prepared query.

@@ -431,3 +431,163 @@ func TestClusterRecoverPeers(t *testing.T) {
 		t.Fatalf("a write after the recovery: %v %v", ok, err)
 	}
 }
+
+// TestClusterDeposedLeaderAnswersNothingStale: a leader cut off from the
+// other two (in-memory raft transports, disconnected) still thinks it
+// leads for its long lease while the others elect a new leader, which
+// releases a lock and creates a session. Asked then, the deposed leader
+// must not answer from its stale state: not refuse an acquire of the
+// released key, not renew a session (200 for a timer no leader runs), not
+// call a destroy of the new session done. Each is answered "No cluster
+// leader" once the quorum does not confirm it.
+func TestClusterDeposedLeaderAnswersNothingStale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three servers")
+	}
+	clk := clocktest.NewFake(epoch)
+	names := []string{"n1", "n2", "n3"}
+	trans := map[string]*raft.InmemTransport{}
+	for _, n := range names {
+		_, tr := raft.NewInmemTransport(raft.ServerAddress(n))
+		trans[n] = tr
+	}
+	for _, a := range names {
+		for _, b := range names {
+			if a != b {
+				trans[a].Connect(raft.ServerAddress(b), trans[b])
+			}
+		}
+	}
+	all := map[string]*Server{}
+	for _, n := range names {
+		long := n == "n1" // the leader to be cut off keeps its lease long
+		cfg := Config{NodeName: n, Transport: trans[n], Clock: clk, Bootstrap: BootstrapNone,
+			Logger: hclog.New(&hclog.LoggerOptions{Output: io.Discard}),
+			RaftTuning: func(c *raft.Config) {
+				c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
+				if long {
+					// Long enough for the others to elect and write
+					// while it still thinks it leads; a quorum check
+					// on it waits this long to fail.
+					c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, 2*time.Second
+				}
+			}}
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Shutdown() })
+		all[n] = s
+	}
+	var conf raft.Configuration
+	for _, n := range names {
+		conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(n), Address: raft.ServerAddress(n)})
+	}
+	for _, n := range names { // as -bootstrap-expect does: each the same
+		if err := all[n].raft.BootstrapCluster(conf).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// n2 or n3 wins the first election (n1 waits 2 s to stand); the
+	// leadership is then handed to n1, which is cut off. n1 sometimes
+	// learns of the others' new term before the checks (then it answers
+	// "No cluster leader" for want of being leader, which tests nothing):
+	// the scenario is run again, up to five times.
+	ctx := context.Background()
+	for attempt := 1; ; attempt++ {
+		if deposedScenario(t, ctx, all, trans, attempt) {
+			return
+		}
+		if attempt == 5 {
+			t.Fatal("in five attempts n1 never still thought it led when asked: nothing was tested")
+		}
+	}
+}
+
+// deposedScenario runs TestClusterDeposedLeaderAnswersNothingStale's
+// steps once, with keys and sessions of its own; false if n1 had stepped
+// down before it was asked. The partition is healed first.
+func deposedScenario(t *testing.T, ctx context.Context, all map[string]*Server, trans map[string]*raft.InmemTransport, attempt int) bool {
+	t.Helper()
+	for a, ta := range trans {
+		for b, tb := range trans {
+			if a != b {
+				ta.Connect(raft.ServerAddress(b), tb)
+			}
+		}
+	}
+	var cur *Server
+	gaWait(t, 10*time.Second, "a leader", func() bool {
+		for _, s := range all {
+			if s.IsLeader() {
+				cur = s
+				return true
+			}
+		}
+		return false
+	})
+	if cur != all["n1"] {
+		if err := cur.raft.LeadershipTransferToServer("n1", "n1").Error(); err != nil {
+			t.Logf("attempt %d: handing the leadership to n1: %v", attempt, err)
+			return false
+		}
+	}
+	l := all["n1"]
+	gaWait(t, 10*time.Second, "n1 leading", l.IsLeader)
+	gaWait(t, 10*time.Second, "n1's node registered", func() bool {
+		_, n, _ := l.State().NodeInfo(nil, "n1")
+		return n != nil
+	})
+	newSession := func(s *Server) string {
+		id, err := s.SessionCreate(ctx, &state.Session{Node: "n1", NodeChecks: []string{}, TTL: "30s"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	key := fmt.Sprintf("k%d", attempt)
+	a, b := newSession(l), newSession(l)
+	gaLock(t, l, key, a)
+	for _, n := range []string{"n2", "n3"} {
+		gaWait(t, 10*time.Second, n+" has the lock", func() bool {
+			_, e := all[n].State().KVGet(nil, key)
+			return e != nil && e.Session == a
+		})
+	}
+
+	// Cut n1 off; n2 and n3 elect one of them.
+	trans["n1"].DisconnectAll()
+	trans["n2"].Disconnect("n1")
+	trans["n3"].Disconnect("n1")
+	var nl *Server
+	gaWait(t, 10*time.Second, "a leader among n2 and n3", func() bool {
+		for _, n := range []string{"n2", "n3"} {
+			if all[n].IsLeader() {
+				nl = all[n]
+				return true
+			}
+		}
+		return false
+	})
+	ok, _, err := nl.KVS(ctx, &state.KVRequest{Op: state.OpUnlock, Entry: state.DirEntry{Key: key, Session: a}})
+	if err != nil || !ok {
+		t.Fatalf("release through the new leader: %v %v", ok, err)
+	}
+	c := newSession(nl)
+
+	if l.raft.State() != raft.Leader {
+		t.Logf("attempt %d: n1 stepped down before it was asked", attempt)
+		return false
+	}
+	ok, _, err = l.KVS(ctx, &state.KVRequest{Op: state.OpLock, Entry: state.DirEntry{Key: key, Value: []byte("b"), Session: b}})
+	if err != ErrNoLeader {
+		t.Errorf("acquire of the released key on the deposed leader: %v %v, want %v", ok, err, ErrNoLeader)
+	}
+	if _, err := l.SessionRenew(ctx, a); err != ErrNoLeader {
+		t.Errorf("renew on the deposed leader: %v, want %v", err, ErrNoLeader)
+	}
+	if err := l.SessionDestroy(ctx, c); err != ErrNoLeader {
+		t.Errorf("destroy of the new leader's session on the deposed leader: %v, want %v", err, ErrNoLeader)
+	}
+	return true
+}
