@@ -236,8 +236,8 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		storage = "durable, in " + dir
 	}
 	fmt.Fprintf(stdio.Out, "holdfast agent running\n  node:    %s\n  http:    http://%s\n  raft:    %s\n  gossip:  %s\n  storage: %s\n  cluster: %s\n",
-		srv.NodeName(), ln.Addr(), *raftAddr, srv.Gossip().Addr(), storage, clusterDesc)
-	warnExposed(logger, listener{"http", ln.Addr().String()}, listener{"raft", *raftAddr},
+		srv.NodeName(), ln.Addr(), srv.RaftAddr(), srv.Gossip().Addr(), storage, clusterDesc)
+	warnExposed(logger, listener{"http", ln.Addr().String()}, listener{"raft", srv.RaftAddr()},
 		listener{"gossip", srv.Gossip().Addr()}, listener{"debug", *debugAddr})
 	fatal := make(chan error, 1) // the name is taken
 	startJoin(ctx, srv.Gossip(), gopts.joins, logger, fatal)

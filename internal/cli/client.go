@@ -580,6 +580,8 @@ type clientAgent struct {
 	// and noServer is what a request is answered when it finds none.
 	pick     func() (string, bool)
 	noServer string
+	// who names this agent in a failed forward's answer.
+	who string
 
 	mu   sync.Mutex
 	last string // the server's HTTP address used last
@@ -801,7 +803,11 @@ func (c *clientAgent) forwardFailed(w http.ResponseWriter, r *http.Request, err 
 	c.skip = target
 	c.mu.Unlock()
 	c.log.Warn("forwarding a request to a server failed", "server", target, "path", r.URL.Path, "error", err)
-	http.Error(w, fmt.Sprintf("holdfast client agent: forwarding to the server at %s failed: %v", target, err), http.StatusInternalServerError)
+	who := c.who
+	if who == "" {
+		who = "holdfast client agent"
+	}
+	http.Error(w, fmt.Sprintf("%s: forwarding to the server at %s failed: %v", who, target, err), http.StatusInternalServerError)
 }
 
 // defaultSessionNode adds "Node": this agent's node to a session-create

@@ -56,6 +56,7 @@ func newLeaderRouter(srv *server.Server, local http.Handler, httpAddr string, lo
 	fwd := newClientAgent(srv.NodeName(), srv.Datacenter(), httpAddr, pool, logger)
 	fwd.pick = func() (string, bool) { return leaderHTTP(srv) }
 	fwd.noServer = server.ErrNoLeader.Error()
+	fwd.who = "holdfast server " + srv.NodeName() + " (not the leader)"
 	return &leaderRouter{srv: srv, local: local, fwd: fwd}
 }
 

@@ -42,8 +42,11 @@ func dispatch(ctx context.Context, stdio Stdio, group string, subs map[string]su
 	}
 	if help {
 		// As in Consul's CLI, a help flag anywhere before "--" shows the
-		// subcommand's help and runs nothing.
-		return sub.run(ctx, stdio, []string{"-h"})
+		// subcommand's help and runs nothing. The words after the
+		// subcommand follow the flag, so that a group's help reaches its
+		// own subcommand (operator raft list-peers -h), and a command's
+		// flag parsing stops at the -h before any argument.
+		return sub.run(ctx, stdio, append([]string{"-h"}, rest[1:]...))
 	}
 	return sub.run(ctx, stdio, args[1:])
 }

@@ -70,6 +70,10 @@ func (s *Server) IsLeader() bool {
 	return s.raft.State() == raft.Leader && s.readyForReads.Load()
 }
 
+// RaftAddr is the address raft listens on (the port chosen, if
+// Config.RaftAddr asked for any).
+func (s *Server) RaftAddr() string { return string(s.trans.LocalAddr()) }
+
 // LeaderID is the leader's node name (its raft ID) and raft address, or
 // empty strings while no leader is known.
 func (s *Server) LeaderID() (id, addr string) {
