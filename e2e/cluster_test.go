@@ -5,14 +5,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptrace"
+	"os"
 	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -492,14 +499,24 @@ func TestClusterLockSurvivesLeaderKill(t *testing.T) {
 	if info, _, err := c1.Session().Info(after.Session, nil); err != nil || info == nil || info.Node != f2.node {
 		t.Fatalf("B's session: %+v %v, want node %s", info, err, f2.node)
 	}
-
-	// Writes go on through both survivors, and each sees the other's.
+	// The agent endpoints describe the server asked, leader or not.
 	for _, s := range survivors {
-		c := s.client(t)
-		for i := 0; i < 5; i++ {
-			if _, err := c.KV().Put(&api.KVPair{Key: fmt.Sprintf("cluster/after/%s/%d", s.node, i), Value: []byte(s.node)}, nil); err != nil {
-				t.Fatalf("put through %s after the kill: %v", s.node, err)
-			}
+		if name, err := s.client(t).Agent().NodeName(); err != nil || name != s.node {
+			t.Fatalf("agent node name through %s: %q %v", s.node, name, err)
+		}
+	}
+
+	// Writes go on through both survivors, and a default read through
+	// the other one, made once the write is acknowledged, sees it (the
+	// follower's default read goes to the leader).
+	for i := 0; i < 10; i++ {
+		w, r := survivors[i%2], survivors[(i+1)%2]
+		k, v := fmt.Sprintf("cluster/after/%s/%d", w.node, i), fmt.Sprintf("%s-%d", w.node, i)
+		if _, err := w.client(t).KV().Put(&api.KVPair{Key: k, Value: []byte(v)}, nil); err != nil {
+			t.Fatalf("put through %s after the kill: %v", w.node, err)
+		}
+		if p, _, err := r.client(t).KV().Get(k, nil); err != nil || p == nil || string(p.Value) != v {
+			t.Fatalf("default read through %s of %s, just written through %s: %+v %v", r.node, k, w.node, p, err)
 		}
 	}
 	for _, s := range survivors {
@@ -867,4 +884,298 @@ func TestClusterFlagErrors(t *testing.T) {
 		"-serf-addr", "127.0.0.1:0", "-gossip-profile", gossipProfile())
 	a.waitReady()
 	a.kill()
+}
+
+// TestClusterOperatorHelp: -h after an operator raft subcommand shows that
+// subcommand's usage, as for every other command (consul operator raft
+// list-peers -h does), and runs nothing.
+func TestClusterOperatorHelp(t *testing.T) {
+	t.Parallel()
+	if binPath == "" {
+		t.Skip("e2e tests do not run under -short")
+	}
+	for _, sub := range []string{"list-peers", "remove-peer"} {
+		stdout, stderr, code := runHoldfast(t, "operator", "raft", sub, "-h")
+		if want := "Usage: holdfast operator raft " + sub + " [options]"; code != 0 || !strings.Contains(stdout+stderr, want) {
+			t.Errorf("holdfast operator raft %s -h: exit %d, want 0 and %q\nstdout:\n%s\nstderr:\n%s", sub, code, want, stdout, stderr)
+		}
+	}
+}
+
+// TestClusterResumedLeaderRefusesNothingStale: a leader frozen with SIGSTOP
+// (a partition, or a long pause, as far as the others can tell) is
+// replaced; a lock it saw held is released through the new leader; acquires
+// of the freed keys, sent to the old leader while it is frozen (so after the
+// release was acknowledged), must not be refused once it resumes: the keys
+// are free. An error ("No cluster leader", a failed forward) or true (the
+// request forwarded to the new leader) is right; false is an answer from
+// the old leader's stale state. Consul proposes every KV write through raft,
+// which a deposed leader cannot commit, so it never answers so.
+func TestClusterResumedLeaderRefusesNothingStale(t *testing.T) {
+	t.Parallel()
+	servers, _ := startCluster(t, 3)
+	hc := &http.Client{Timeout: 20 * time.Second}
+	t.Cleanup(hc.CloseIdleConnections)
+	// Sessions with no checks (the frozen server's node fails in gossip)
+	// and no lock-delay.
+	base := "http://" + servers[0].httpAddr
+	sa := createLinSession(t, hc, base, "stale-a")
+	sb := createLinSession(t, hc, base, "stale-b")
+	put := func(s *clusterServer, path string) (int, string, error) {
+		code, body, _, err := rawPut(ctxTimeout(t, 20*time.Second), "http://"+s.httpAddr, path, "x")
+		return code, body, err
+	}
+	const trials, keys = 6, 8
+	for trial := 0; trial < trials; trial++ {
+		x := waitLeader(t, servers, 20*time.Second)
+		x.a.waitReady()
+		key := func(k int) string { return fmt.Sprintf("stale/%d/%d", trial, k) }
+		for k := 0; k < keys; k++ {
+			if code, body, err := put(x, "/v1/kv/"+key(k)+"?acquire="+sa); code != 200 || body != "true" {
+				t.Fatalf("A's acquire of %s through leader %s: %d %q %v", key(k), x.node, code, body, err)
+			}
+		}
+		resume := x.a.stop(t)
+		y := waitLeader(t, others(servers, x), 20*time.Second)
+		for k := 0; k < keys; k++ {
+			eventually(t, 10*time.Second, "A's release of "+key(k)+" through the new leader "+y.node, func() bool {
+				code, body, err := put(y, "/v1/kv/"+key(k)+"?release="+sa)
+				return err == nil && code == 200 && body == "true"
+			})
+		}
+
+		// The acquires, sent to the frozen old leader: each is written
+		// to its socket before it resumes.
+		type answer struct {
+			key  string
+			code int
+			body string
+			err  error
+		}
+		answers := make(chan answer, keys)
+		var written sync.WaitGroup
+		written.Add(keys)
+		for k := 0; k < keys; k++ {
+			go func(key string) {
+				var once sync.Once
+				trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { once.Do(written.Done) }}
+				ctx := httptrace.WithClientTrace(context.Background(), trace)
+				req, _ := http.NewRequestWithContext(ctx, "PUT", "http://"+x.httpAddr+"/v1/kv/"+key+"?acquire="+sb, strings.NewReader("b"))
+				resp, err := hc.Do(req)
+				once.Do(written.Done)
+				a := answer{key: key, err: err}
+				if err == nil {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					a.code, a.body = resp.StatusCode, strings.TrimSpace(string(b))
+				}
+				answers <- a
+			}(key(k))
+		}
+		allWritten := make(chan struct{})
+		go func() { written.Wait(); close(allWritten) }()
+		select {
+		case <-allWritten:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the acquires to the frozen server were not written within 10s")
+		}
+		resume()
+		var stale, other []string
+		for k := 0; k < keys; k++ {
+			a := <-answers
+			desc := fmt.Sprintf("%s: %d %q %v", a.key, a.code, a.body, a.err)
+			switch {
+			case a.err == nil && a.code == 200 && a.body == "false":
+				stale = append(stale, desc)
+			default:
+				other = append(other, desc)
+			}
+		}
+		t.Logf("trial %d: %s frozen, %s led; acquires through the resumed %s: %d refused, others: %s",
+			trial+1, x.node, y.node, x.node, len(stale), strings.Join(other, "; "))
+		if len(stale) > 0 {
+			// A refusal is judged on the leader's applied state; in a
+			// cluster the server confirms its leadership with a quorum
+			// first (internal/server's KVS). Without that, this failed.
+			t.Fatalf("the resumed old leader %s refused acquires of keys released through the new leader %s "+
+				"before they were sent (a stale refusal; the key is free):\n  %s",
+				x.node, y.node, strings.Join(stale, "\n  "))
+		}
+		for k := 0; k < keys; k++ {
+			p, _, err := y.client(t).KV().Get(key(k), &api.QueryOptions{RequireConsistent: true})
+			if err != nil || p == nil || (p.Session != "" && p.Session != sb) {
+				t.Fatalf("%s after the trial: %+v %v", key(k), p, err)
+			}
+		}
+	}
+}
+
+// refusedForwards gives the linearizability clients a follower's answer to
+// a request it could not forward because the leader refused the connection
+// (a killed leader, until the follower learns of the next) as the "No
+// cluster leader" it is equivalent to: nothing was sent, so a write never
+// reached a log. linClient takes any other 5xx as an unknown outcome, and
+// the hundreds of these during each election would leave porcupine too
+// many writes to place.
+type refusedForwards struct {
+	rt http.RoundTripper
+	n  atomic.Int64
+}
+
+func (r *refusedForwards) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.rt.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusInternalServerError {
+		return resp, err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	body := strings.TrimSpace(string(b))
+	if strings.Contains(body, ": forwarding to the server at ") && strings.HasSuffix(body, ": connect: connection refused") {
+		b = []byte("No cluster leader")
+		r.n.Add(1)
+	}
+	resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+	resp.Header.Del("Content-Length")
+	return resp, nil
+}
+
+func (r *refusedForwards) CloseIdleConnections() {
+	if c, ok := r.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// TestClusterLinearizableAcrossLeaderKills is TestLinearizableAcrossCrashes
+// on a cluster of three: concurrent clients, each through its own server
+// (a follower forwards writes and non-stale reads to the leader), do reads
+// (default and ?consistent), writes, CAS and lock acquire/release while the
+// leader is SIGKILLed twice; the survivors elect another and go on, and
+// the killed server is restarted on its directory. The history is checked
+// for linearizability against linModel, key by key, with the same reading
+// of answers: a write refused with "No cluster leader" (by a server that
+// knows none, or by one that does not lead) or whose connection was
+// refused never reached a log; any other failure, a failed forward
+// included, leaves its outcome unknown.
+func TestClusterLinearizableAcrossLeaderKills(t *testing.T) {
+	t.Parallel()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("HOLDFAST_LIN_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("HOLDFAST_LIN_SEED=%q: %v", s, err)
+		}
+		seed = n
+	}
+	servers, _ := startCluster(t, 3)
+	t.Logf("seed %d (HOLDFAST_LIN_SEED=%d to rerun with the same choices)", seed, seed)
+	rnd := rand.New(rand.NewPCG(seed, 0))
+	const (
+		clients   = 9
+		kills     = 2
+		opTimeout = 2 * time.Second
+	)
+	keys := []string{"lin/a", "lin/b", "lin/c", "lin/d"}
+	refused := &refusedForwards{rt: &http.Transport{MaxIdleConnsPerHost: clients, DisableCompression: true}}
+	hc := &http.Client{Timeout: opTimeout, Transport: refused}
+	t.Cleanup(hc.CloseIdleConnections)
+
+	// Client c goes through servers[c%3], with a session made through it
+	// (so bound to its node), with no TTL, no checks and no lock-delay.
+	began := time.Now()
+	now := func() int64 { return time.Since(began).Nanoseconds() }
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	stopClients := func() { stopOnce.Do(func() { close(stop) }) }
+	workers := make([]*linClient, clients)
+	for c := range workers {
+		base := "http://" + servers[c%len(servers)].httpAddr
+		workers[c] = &linClient{
+			id: c, hc: hc, base: base, keys: keys, session: createLinSession(t, hc, base, fmt.Sprintf("lin-c%d", c)),
+			rnd: rand.New(rand.NewPCG(seed, uint64(c)+1)), now: now, stop: stop,
+		}
+	}
+	var wg sync.WaitGroup
+	defer func() { stopClients(); wg.Wait() }()
+	for _, w := range workers {
+		wg.Add(1)
+		go func(w *linClient) { defer wg.Done(); w.run() }(w)
+	}
+
+	// The kills: of the leader of the moment, with operations in flight.
+	// The killed server stays down until the survivors have a leader that
+	// takes writes, and a random while more; then it is restarted.
+	var killedAt, readyAt []int64
+	var killedNodes []string
+	for i := 0; i < kills; i++ {
+		sleepOrStop(time.Duration(1500+rnd.IntN(1000))*time.Millisecond, nil)
+		leader := waitLeader(t, servers, 20*time.Second)
+		leader.a.kill()
+		killedAt = append(killedAt, now())
+		killedNodes = append(killedNodes, leader.node)
+		survivors := others(servers, leader)
+		next := waitLeader(t, survivors, 20*time.Second)
+		eventually(t, 20*time.Second, "a write through the new leader "+next.node, func() bool {
+			code, body, _, err := rawPut(ctxTimeout(t, 5*time.Second), "http://"+next.httpAddr, "/v1/kv/lin-probe", "x")
+			return err == nil && code == 200 && body == "true"
+		})
+		sleepOrStop(time.Duration(300+rnd.IntN(500))*time.Millisecond, nil)
+		leader.launch(t, false)
+		leader.a.waitReady()
+		readyAt = append(readyAt, now())
+	}
+	sleepOrStop(time.Duration(1200+rnd.IntN(500))*time.Millisecond, nil)
+	stopClients()
+	wg.Wait()
+	end := now() + 1
+
+	var history []porcupine.Operation
+	var st linStats
+	for _, w := range workers {
+		for _, op := range w.history {
+			if op.Output.(linOutput).Unknown {
+				op.Return = end
+			}
+			history = append(history, op)
+		}
+		st.add(&w.stats)
+		for _, e := range w.errors {
+			t.Error(e)
+		}
+	}
+	t.Logf("%d operations recorded in %v (leaders killed: %s; down %v): %s (%d answers, reads included, were a follower's forward refused by a killed leader, taken as \"No cluster leader\")",
+		len(history), time.Duration(end), strings.Join(killedNodes, ", "), downTimes(killedAt, readyAt), st.String(), refused.n.Load())
+	for _, need := range []struct {
+		what   string
+		n, min int
+	}{
+		{"acknowledged writes", st.writesOK, 100},
+		{"default-mode reads", st.readsDefault, 50},
+		{"consistent reads", st.readsConsistent, 50},
+		{"successful CAS", st.casOK, 20},
+		{"failed CAS", st.casFailed, 1},
+		{"successful acquires", st.acquireOK, 10},
+		{"refused acquires", st.acquireFailed, 1},
+		{"successful releases", st.releaseOK, 10},
+	} {
+		if need.n < need.min {
+			t.Errorf("only %d %s: too few to test anything (want at least %d)", need.n, need.what, need.min)
+		}
+	}
+	// The survivors took writes while each killed leader was down.
+	for i := range killedAt {
+		n := 0
+		for _, op := range history {
+			in, out := op.Input.(linInput), op.Output.(linOutput)
+			if in.Op != linRead && !out.Unknown && out.OK && op.Call >= killedAt[i] && op.Return <= readyAt[i] {
+				n++
+			}
+		}
+		if n < 5 {
+			t.Errorf("only %d writes acknowledged while %s was down", n, killedNodes[i])
+		}
+	}
+	checkLinearizable(t, history)
 }
