@@ -71,6 +71,9 @@ func (l *leaderRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // servesLocally reports whether this server answers r itself.
 func (l *leaderRouter) servesLocally(r *http.Request) bool {
+	if l.srv.IsLeader() {
+		return true // the common case, and the single server's: two atomic loads
+	}
 	id, _ := l.srv.LeaderID()
 	if id == "" || id == l.srv.NodeName() {
 		// Leading (or about to), or no leader known: the local handlers

@@ -76,6 +76,10 @@ func (s *Server) leaderLoop(ctx context.Context) {
 		}
 	}
 	s.raiseStamps()
+	// The timers are armed before the server says it is ready, so that
+	// whoever waited for that (WaitForLeader; a test that then moves
+	// its fake clock) finds every session's TTL counting from here.
+	s.resetSessionTimers()
 	s.readyForReads.Store(true)
 	s.replayed.Store(true)
 	s.log.Info("cluster leadership acquired", "node", s.cfg.NodeName)
@@ -83,8 +87,6 @@ func (s *Server) leaderLoop(ctx context.Context) {
 	if s.serf != nil {
 		s.serf.wake() // start reconciling the gossip pool for this term
 	}
-
-	s.resetSessionTimers()
 
 	// Reaping: tombstones older than one interval and ended lock-delays.
 	// And this server's own node stays in the catalog with a passing
