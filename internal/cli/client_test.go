@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -709,5 +710,52 @@ func TestClientAgentForwardBoundIsOnTheHeader(t *testing.T) {
 	code, body = do(t, "GET", hs.URL+"/v1/kv/mute", "")
 	if code == 200 {
 		t.Fatalf("a server that never answers: %d %q, want the forward given up", code, body)
+	}
+}
+
+// TestForwardsReuseConnections: 32 callers forwarding at once through an
+// agent keep their connections to the server: net/http's default of two
+// idle connections per host had each forward beyond two dial a connection
+// and close it after one request.
+func TestForwardsReuseConnections(t *testing.T) {
+	var dialled atomic.Int64
+	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "true")
+	}))
+	upstream.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			dialled.Add(1)
+		}
+	}
+	upstream.Start()
+	defer upstream.Close()
+	c := newClientAgent("client1", "dc1", "x", fakePool{{Name: "node1", Addr: "127.0.0.1",
+		Status: gossip.StatusAlive, Tags: map[string]string{"role": "server", "http": upstream.Listener.Addr().String()}}}, hclog.NewNullLogger())
+	hs := httptest.NewServer(c)
+	defer hs.Close()
+
+	const callers, each = 32, 20
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: callers}}
+	defer hc.CloseIdleConnections()
+	var wg sync.WaitGroup
+	for i := 0; i < callers; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for j := 0; j < each; j++ {
+				req, _ := http.NewRequest("PUT", fmt.Sprintf("%s/v1/kv/k%d", hs.URL, i), strings.NewReader("v"))
+				resp, err := hc.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}(i)
+	}
+	wg.Wait()
+	if n := dialled.Load(); n > callers {
+		t.Fatalf("%d forwards by %d callers dialled %d connections to the server; want at most one per caller", callers*each, callers, n)
 	}
 }
