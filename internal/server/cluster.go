@@ -36,9 +36,10 @@ import (
 //     of the pool it joined to add it.
 //
 // While a server leads, the servers of its gossip pool are kept in its raft
-// configuration, as Consul's leader does: a live server that is not a voter
-// is added, and one that left the pool gracefully or was reaped from it is
-// removed. A server that failed stays a voter: it may be restarting, and
+// configuration, as Consul's leader does: a live server that is not in it
+// is added without a vote and promoted to voter once its log has caught
+// up (promoteLoop, a small part of what Consul's autopilot does), and one
+// that left the pool gracefully or was reaped from it is removed. A server that failed stays a voter: it may be restarting, and
 // taking it out would change the quorum under the survivors' feet. An
 // operator removes a server that is gone for good with `holdfast operator
 // raft remove-peer`.
@@ -205,11 +206,113 @@ func (s *Server) reconcileRaft(m gossip.Member, gone bool) error {
 	if !ok || m.Status != gossip.StatusAlive {
 		return nil
 	}
-	if cur != nil && string(cur.Address) == addr && cur.Suffrage == raft.Voter {
-		return nil
+	if cur != nil && string(cur.Address) == addr {
+		return nil // a voter, or a non-voter promoteLoop looks after
 	}
-	s.log.Info("server joined the pool: adding it to the raft configuration as a voter", "server", m.Name, "raft", addr)
-	return s.configChange(s.raft.AddVoter(raft.ServerID(m.Name), raft.ServerAddress(addr), f.Index(), addVoterTimeout))
+	if cur != nil && cur.Suffrage == raft.Voter {
+		s.log.Info("server moved: changing its raft address", "server", m.Name, "raft", addr)
+		return s.configChange(s.raft.AddVoter(raft.ServerID(m.Name), raft.ServerAddress(addr), 0, addVoterTimeout))
+	}
+	// A new server joins without a vote, and promoteLoop makes it a voter
+	// once raft has brought its log up to the leader's: a server whose
+	// raft port cannot be reached, or that is still receiving a large
+	// snapshot, would otherwise count towards every write's quorum at
+	// once (a cluster of one growing to two would stop taking writes).
+	s.log.Info("server joined the pool: adding it to the raft configuration, without a vote until it has caught up", "server", m.Name, "raft", addr)
+	return s.configChange(s.raft.AddNonvoter(raft.ServerID(m.Name), raft.ServerAddress(addr), 0, addVoterTimeout))
+}
+
+// promotePoll is how often the leader looks at its non-voters.
+const promotePoll = time.Second
+
+// caughtUpEntries is how far behind the leader's last log index a
+// non-voter may be and still be promoted: a couple of raft batches.
+const caughtUpEntries = 2 * maxAppendEntries
+
+// promoteLoop runs while this server leads: every promotePoll it promotes
+// to voter each non-voter that is alive in the gossip pool and whose log
+// has caught up with the leader's (its own report, PeerProgress: the same
+// term, and at most caughtUpEntries behind).
+func (s *Server) promoteLoop(ctx context.Context) {
+	t := s.clk.NewTimer(promotePoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		s.promoteCaughtUp(ctx)
+		t.Reset(promotePoll)
+	}
+}
+
+// promoteCaughtUp is one look of promoteLoop.
+func (s *Server) promoteCaughtUp(ctx context.Context) {
+	if s.serf == nil {
+		return
+	}
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	var members map[string]gossip.Member
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			continue
+		}
+		if members == nil {
+			members = make(map[string]gossip.Member)
+			for _, m := range s.serf.members.Members() {
+				members[m.Name] = m
+			}
+		}
+		m, ok := members[string(srv.ID)]
+		if !ok || m.Status != gossip.StatusAlive {
+			continue
+		}
+		term, last, err := s.peerProgress(ctx, m)
+		if err != nil {
+			s.log.Debug("cannot ask a non-voter how far its log is", "server", srv.ID, "error", err)
+			continue
+		}
+		myTerm, _ := strconv.ParseUint(s.raft.Stats()["term"], 10, 64)
+		lead := s.raft.LastIndex()
+		if term != myTerm || last+caughtUpEntries < lead {
+			s.log.Debug("non-voter still catching up", "server", srv.ID, "its_last_index", last, "leader_last_index", lead)
+			continue
+		}
+		s.log.Info("server caught up: promoting it to voter", "server", srv.ID, "its_last_index", last, "leader_last_index", lead)
+		if err := s.configChange(s.raft.AddVoter(srv.ID, srv.Address, 0, addVoterTimeout)); err != nil {
+			s.log.Warn("promoting a server to voter failed; will retry", "server", srv.ID, "error", err)
+		}
+	}
+}
+
+// peerProgress asks server m for its raft term and last log index:
+// Config.PeerProgress if set, else GET /v1/agent/self on its http tag
+// (Stats.raft.term and last_log_index, raft's own stats).
+func (s *Server) peerProgress(ctx context.Context, m gossip.Member) (term, last uint64, err error) {
+	if s.cfg.PeerProgress != nil {
+		return s.cfg.PeerProgress(ctx, m)
+	}
+	var self struct {
+		Stats struct {
+			Raft map[string]string `json:"raft"`
+		}
+	}
+	if err := s.getPeerJSON(ctx, m, "/v1/agent/self", &self); err != nil {
+		return 0, 0, err
+	}
+	term, err = strconv.ParseUint(self.Stats.Raft["term"], 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("its raft term %q: %v", self.Stats.Raft["term"], err)
+	}
+	last, err = strconv.ParseUint(self.Stats.Raft["last_log_index"], 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("its last log index %q: %v", self.Stats.Raft["last_log_index"], err)
+	}
+	return term, last, nil
 }
 
 // bootstrapLoop runs, for a server expecting Config.BootstrapExpect
@@ -315,29 +418,38 @@ func (s *Server) peerInCluster(ctx context.Context, m gossip.Member) (bool, erro
 	if s.cfg.PeerInCluster != nil {
 		return s.cfg.PeerInCluster(ctx, m)
 	}
+	var peers []string
+	if err := s.getPeerJSON(ctx, m, "/v1/status/peers", &peers); err != nil {
+		return false, err
+	}
+	return len(peers) > 0, nil
+}
+
+// getPeerJSON GETs path from server m's HTTP API (its http tag) and
+// decodes the JSON answer into out, within 5 s.
+func (s *Server) getPeerJSON(ctx context.Context, m gossip.Member, path string, out any) error {
 	addr := m.Tags["http"]
 	if addr == "" {
-		return false, errors.New("it gives no HTTP address")
+		return errors.New("it gives no HTTP address")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+dialable(addr, m.Addr)+"/v1/status/peers", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+dialable(addr, m.Addr)+path, nil)
 	if err != nil {
-		return false, err
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return false, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return false, fmt.Errorf("GET /v1/status/peers answered %s", resp.Status)
+		return fmt.Errorf("GET %s answered %s", path, resp.Status)
 	}
-	var peers []string
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&peers); err != nil {
-		return false, fmt.Errorf("GET /v1/status/peers: %v", err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out); err != nil {
+		return fmt.Errorf("GET %s: %v", path, err)
 	}
-	return len(peers) > 0, nil
+	return nil
 }
 
 // TransferLeadership, while this server leads a cluster of more than one

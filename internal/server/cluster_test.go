@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,10 +30,13 @@ type testCluster struct {
 	clk *clocktest.Fake
 	mu  sync.Mutex
 	all map[string]*Server
+	// behind names servers whose PeerProgress says they are in no term
+	// yet (still catching up), under mu.
+	behind map[string]bool
 }
 
 func newTestCluster(t *testing.T) *testCluster {
-	return &testCluster{t: t, clk: clocktest.NewFake(epoch), all: map[string]*Server{}}
+	return &testCluster{t: t, clk: clocktest.NewFake(epoch), all: map[string]*Server{}, behind: map[string]bool{}}
 }
 
 // start starts server name with bootstrap mode mode (expecting expect
@@ -66,6 +70,19 @@ func (c *testCluster) startIn(name string, mode BootstrapMode, expect int, join 
 			s := c.all[m.Name]
 			c.mu.Unlock()
 			return s != nil && s.hasConfiguration(), nil
+		},
+		PeerProgress: func(_ context.Context, m gossip.Member) (uint64, uint64, error) {
+			c.mu.Lock()
+			s, behind := c.all[m.Name], c.behind[m.Name]
+			c.mu.Unlock()
+			if s == nil {
+				return 0, 0, errors.New("no such server")
+			}
+			if behind {
+				return 0, 0, nil
+			}
+			term, err := strconv.ParseUint(s.raft.Stats()["term"], 10, 64)
+			return term, s.raft.LastIndex(), err
 		},
 	}
 	s, err := New(cfg)
@@ -283,6 +300,50 @@ func TestClusterJoinedServerIsAdded(t *testing.T) {
 	advanceUntil(t, c.clk, 100*time.Millisecond, "n2 removed after leaving", func() bool {
 		return equalStrings(voters(t, s1), []string{"n1"})
 	})
+}
+
+// TestClusterNewServerVotesOnceCaughtUp: a server joining a cluster of
+// one is added without a vote, so the one voter goes on taking writes
+// alone while the newcomer has not caught up; once it has, it is
+// promoted.
+func TestClusterNewServerVotesOnceCaughtUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers on real raft and gossip")
+	}
+	c := newTestCluster(t)
+	s1 := c.start("n1", BootstrapAlone, 0, nil)
+	c.leader(s1)
+	c.mu.Lock()
+	c.behind["n2"] = true
+	c.mu.Unlock()
+	c.start("n2", BootstrapNone, 0, s1)
+	suffrage := func() string {
+		servers, _, err := s1.RaftConfiguration()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, srv := range servers {
+			if srv.ID == "n2" {
+				return map[bool]string{true: "voter", false: "non-voter"}[srv.Voter]
+			}
+		}
+		return "absent"
+	}
+	advanceUntil(t, c.clk, 100*time.Millisecond, "n2 in the configuration", func() bool { return suffrage() != "absent" })
+	for i := 0; i < 5; i++ {
+		c.clk.Advance(promotePoll)
+		ok, _, err := s1.KVS(context.Background(), &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: fmt.Sprintf("k%d", i), Value: []byte("v")}})
+		if err != nil || !ok {
+			t.Fatalf("a write while n2 catches up: %v %v", ok, err)
+		}
+		if got := suffrage(); got != "non-voter" {
+			t.Fatalf("n2, not caught up, is a %s", got)
+		}
+	}
+	c.mu.Lock()
+	c.behind["n2"] = false
+	c.mu.Unlock()
+	advanceUntil(t, c.clk, 100*time.Millisecond, "n2 promoted", func() bool { return suffrage() == "voter" })
 }
 
 // TestBootstrapExpectNeedsGossip: a server expecting others without

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/holdfast/holdfast/clock"
@@ -86,6 +87,13 @@ func (s *Server) leaderLoop(ctx context.Context) {
 	s.checkLogSize() // the log an earlier run left can be compacted now
 	if s.serf != nil {
 		s.serf.wake() // start reconciling the gossip pool for this term
+		var promoting sync.WaitGroup
+		promoting.Add(1)
+		go func() {
+			defer promoting.Done()
+			s.promoteLoop(ctx)
+		}()
+		defer promoting.Wait()
 	}
 
 	// Reaping: tombstones older than one interval and ended lock-delays.

@@ -93,6 +93,9 @@ type Config struct {
 	// PeerInCluster, if set, replaces asking a server over HTTP whether
 	// it is in a cluster already (tests without HTTP set it).
 	PeerInCluster func(context.Context, gossip.Member) (bool, error)
+	// PeerProgress, if set, replaces asking a server over HTTP for its
+	// raft term and last log index (promoting a non-voter).
+	PeerProgress func(context.Context, gossip.Member) (term, lastIndex uint64, err error)
 
 	// OnSelfRegistered, if set, is called, on a goroutine of its own,
 	// each time the leader had to put this server's node back in the
