@@ -777,7 +777,7 @@ func TestClusterSemaphoreThroughEveryServer(t *testing.T) {
 
 // TestClusterJoinAddsServer: a server started alone bootstraps a cluster
 // of itself; a second one started with -join and no -bootstrap-expect
-// waits, is added by the first as a voter, replicates what was written
+// waits, is added by the first (as a voter once it has caught up), replicates what was written
 // before it came, and forwards writes.
 func TestClusterJoinAddsServer(t *testing.T) {
 	t.Parallel()
@@ -805,9 +805,10 @@ func TestClusterJoinAddsServer(t *testing.T) {
 		t.Errorf("joining server's banner lacks %q:\n%s", want, s2.a.stdout.String())
 	}
 	both := []*clusterServer{s1, s2}
+	// Added without a vote first, then promoted once it has caught up.
 	eventually(t, startTimeout, "list-peers shows j2 added as a voter", func() bool {
 		rows, _, err := listPeers(s1, false)
-		return err == nil && len(rows) == 2
+		return err == nil && len(rows) == 2 && rows[0].Voter && rows[1].Voter
 	})
 	rows, out, err = listPeers(s1, false)
 	if err != nil {
