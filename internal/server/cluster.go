@@ -39,10 +39,10 @@ import (
 // configuration, as Consul's leader does: a live server that is not in it
 // is added without a vote and promoted to voter once its log has caught
 // up (promoteLoop, a small part of what Consul's autopilot does), and one
-// that left the pool gracefully or was reaped from it is removed. A server that failed stays a voter: it may be restarting, and
-// taking it out would change the quorum under the survivors' feet. An
-// operator removes a server that is gone for good with `holdfast operator
-// raft remove-peer`.
+// that left the pool gracefully or was reaped from it is removed. A server
+// that failed stays a voter: it may be restarting, and taking it out would
+// change the quorum under the survivors' feet. An operator removes a
+// server that is gone for good with `holdfast operator raft remove-peer`.
 
 // BootstrapMode says how a server with no raft state forms its cluster.
 type BootstrapMode int
@@ -90,7 +90,8 @@ type RaftServer struct {
 }
 
 // RaftConfiguration is the latest raft configuration this server knows,
-// and the log index it was written at.
+// and the log index it was written at as raft gives it (hashicorp/raft
+// v1.7 gives 0).
 func (s *Server) RaftConfiguration() ([]RaftServer, uint64, error) {
 	f := s.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
@@ -177,9 +178,9 @@ func dialable(addr, host string) string {
 }
 
 // reconcileRaft keeps the raft configuration in step with what gossip says
-// of m (called by the leader's reconcile): a live server is a voter, one
-// that left or was reaped is not. gone is true for a member the pool no
-// longer knows.
+// of m (called by the leader's reconcile): a live server is in it (without
+// a vote until promoteLoop promotes it), one that left or was reaped is
+// not. gone is true for a member the pool no longer knows.
 func (s *Server) reconcileRaft(m gossip.Member, gone bool) error {
 	if m.Name == s.cfg.NodeName {
 		return nil
