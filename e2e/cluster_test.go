@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -1132,39 +1131,10 @@ func TestClusterLinearizableAcrossLeaderKills(t *testing.T) {
 	wg.Wait()
 	end := now() + 1
 
-	var history []porcupine.Operation
-	var st linStats
-	for _, w := range workers {
-		for _, op := range w.history {
-			if op.Output.(linOutput).Unknown {
-				op.Return = end
-			}
-			history = append(history, op)
-		}
-		st.add(&w.stats)
-		for _, e := range w.errors {
-			t.Error(e)
-		}
-	}
+	history, st := linHistory(t, workers, end)
 	t.Logf("%d operations recorded in %v (leaders killed: %s; down %v): %s (%d answers, reads included, were a follower's forward refused by a killed leader, taken as \"No cluster leader\")",
 		len(history), time.Duration(end), strings.Join(killedNodes, ", "), downTimes(killedAt, readyAt), st.String(), refused.n.Load())
-	for _, need := range []struct {
-		what   string
-		n, min int
-	}{
-		{"acknowledged writes", st.writesOK, 100},
-		{"default-mode reads", st.readsDefault, 50},
-		{"consistent reads", st.readsConsistent, 50},
-		{"successful CAS", st.casOK, 20},
-		{"failed CAS", st.casFailed, 1},
-		{"successful acquires", st.acquireOK, 10},
-		{"refused acquires", st.acquireFailed, 1},
-		{"successful releases", st.releaseOK, 10},
-	} {
-		if need.n < need.min {
-			t.Errorf("only %d %s: too few to test anything (want at least %d)", need.n, need.what, need.min)
-		}
-	}
+	requireLinCoverage(t, st)
 	// The survivors took writes while each killed leader was down.
 	for i := range killedAt {
 		n := 0

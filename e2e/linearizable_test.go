@@ -129,42 +129,15 @@ func TestLinearizableAcrossCrashes(t *testing.T) {
 	wg.Wait()
 	end := now() + 1
 
-	var history []porcupine.Operation
-	var st linStats
-	for _, w := range workers {
-		for _, op := range w.history {
-			if op.Output.(linOutput).Unknown {
-				op.Return = end
-			}
-			history = append(history, op)
-		}
-		st.add(&w.stats)
-		for _, e := range w.errors {
-			t.Error(e)
-		}
-	}
+	history, st := linHistory(t, workers, end)
 	t.Logf("%d operations recorded in %v (%d kills, down %v): %s",
 		len(history), time.Duration(end), kills, downTimes(killedAt, readyAt), st.String())
 
 	// The history must have tested something: enough of every kind of
 	// answer, and acknowledged writes after every restart.
-	for _, need := range []struct {
-		what   string
-		n, min int
-	}{
-		{"acknowledged writes", st.writesOK, 100},
-		{"default-mode reads", st.readsDefault, 50},
-		{"consistent reads", st.readsConsistent, 50},
-		{"successful CAS", st.casOK, 20},
-		{"failed CAS", st.casFailed, 1},
-		{"successful acquires", st.acquireOK, 10},
-		{"refused acquires", st.acquireFailed, 1},
-		{"successful releases", st.releaseOK, 10},
-		{"writes that failed while the agent was down", st.dialRefused + st.noLeader + st.unknown, kills},
-	} {
-		if need.n < need.min {
-			t.Errorf("only %d %s: too few to test anything (want at least %d)", need.n, need.what, need.min)
-		}
+	requireLinCoverage(t, st)
+	if n := st.dialRefused + st.noLeader + st.unknown; n < kills {
+		t.Errorf("only %d writes that failed while the agent was down: too few to test anything (want at least %d)", n, kills)
 	}
 	for i, from := range append([]int64{0}, readyAt...) {
 		n := 0
@@ -180,6 +153,52 @@ func TestLinearizableAcrossCrashes(t *testing.T) {
 	}
 
 	checkLinearizable(t, history)
+}
+
+// linHistory gathers the workers' operations into one history, an
+// operation of unknown outcome returning at end (it may have taken effect
+// at any point after its call), adds up their stats, and reports the
+// answers no operation may get.
+func linHistory(t *testing.T, workers []*linClient, end int64) ([]porcupine.Operation, linStats) {
+	t.Helper()
+	var history []porcupine.Operation
+	var st linStats
+	for _, w := range workers {
+		for _, op := range w.history {
+			if op.Output.(linOutput).Unknown {
+				op.Return = end
+			}
+			history = append(history, op)
+		}
+		st.add(&w.stats)
+		for _, e := range w.errors {
+			t.Error(e)
+		}
+	}
+	return history, st
+}
+
+// requireLinCoverage fails the test if the history holds too few of any
+// kind of answer to have tested anything.
+func requireLinCoverage(t *testing.T, st linStats) {
+	t.Helper()
+	for _, need := range []struct {
+		what   string
+		n, min int
+	}{
+		{"acknowledged writes", st.writesOK, 100},
+		{"default-mode reads", st.readsDefault, 50},
+		{"consistent reads", st.readsConsistent, 50},
+		{"successful CAS", st.casOK, 20},
+		{"failed CAS", st.casFailed, 1},
+		{"successful acquires", st.acquireOK, 10},
+		{"refused acquires", st.acquireFailed, 1},
+		{"successful releases", st.releaseOK, 10},
+	} {
+		if need.n < need.min {
+			t.Errorf("only %d %s: too few to test anything (want at least %d)", need.n, need.what, need.min)
+		}
+	}
 }
 
 // checkLinearizable checks history against linModel and, when it is not
