@@ -118,6 +118,43 @@ func (c *testCluster) leader(servers ...*Server) *Server {
 	return l
 }
 
+// leaderAmong waits (real time, the fake clock left alone) until one of
+// servers leads and is ready, and returns it.
+func leaderAmong(t *testing.T, what string, servers ...*Server) *Server {
+	t.Helper()
+	var l *Server
+	gaWait(t, 20*time.Second, what, func() bool {
+		for _, s := range servers {
+			if s.IsLeader() {
+				l = s
+				return true
+			}
+		}
+		return false
+	})
+	return l
+}
+
+// startThree starts n1, n2 and n3 expecting three, the last two joining
+// the first, and waits until one leads and each knows the three voters (a
+// server that saw another in a cluster first did not bootstrap: it has the
+// configuration once the leader sends it).
+func (c *testCluster) startThree() (servers []*Server, leader *Server) {
+	c.t.Helper()
+	s1 := c.start("n1", BootstrapExpect, 3, nil)
+	if s1.hasConfiguration() {
+		c.t.Fatal("n1 bootstrapped before the other two were in the pool")
+	}
+	servers = []*Server{s1, c.start("n2", BootstrapExpect, 3, s1), c.start("n3", BootstrapExpect, 3, s1)}
+	leader = c.leader(servers...)
+	for _, s := range servers {
+		gaWait(c.t, 10*time.Second, s.NodeName()+" knows the three voters", func() bool {
+			return equalStrings(voters(c.t, s), []string{"n1", "n2", "n3"})
+		})
+	}
+	return servers, leader
+}
+
 // voters lists the raft configuration s knows, as sorted IDs.
 func voters(t *testing.T, s *Server) []string {
 	t.Helper()
@@ -159,28 +196,8 @@ func TestClusterBootstrapExpectAndFailover(t *testing.T) {
 		t.Skip("starts four servers on real raft and gossip")
 	}
 	c := newTestCluster(t)
-	s1 := c.start("n1", BootstrapExpect, 3, nil)
-	if s1.hasConfiguration() {
-		t.Fatal("n1 bootstrapped before the other two were in the pool")
-	}
-	s2 := c.start("n2", BootstrapExpect, 3, s1)
-	s3 := c.start("n3", BootstrapExpect, 3, s1)
-	servers := []*Server{s1, s2, s3}
-	l := c.leader(servers...)
-	for _, s := range servers {
-		// A server that saw another in a cluster first did not
-		// bootstrap: it has the configuration once the leader sends it.
-		gaWait(t, 10*time.Second, s.NodeName()+" knows the three voters", func() bool {
-			return equalStrings(voters(t, s), []string{"n1", "n2", "n3"})
-		})
-	}
-	var survivor *Server
-	for _, s := range servers {
-		if s != l {
-			survivor = s
-			break
-		}
-	}
+	servers, l := c.startThree()
+	survivor := others(servers, l)[0]
 	// The survivor's node is registered by the leader from gossip.
 	gaWait(t, 10*time.Second, "the survivor's serfHealth passing", func() bool {
 		return gaSerf(l, survivor.NodeName()) == state.HealthPassing
@@ -203,22 +220,8 @@ func TestClusterBootstrapExpectAndFailover(t *testing.T) {
 
 	// The leader stops; one of the other two takes over.
 	l.Shutdown()
-	var rest []*Server
-	for _, s := range servers {
-		if s != l {
-			rest = append(rest, s)
-		}
-	}
-	var nl *Server
-	gaWait(t, 20*time.Second, "a new leader", func() bool {
-		for _, s := range rest {
-			if s.IsLeader() {
-				nl = s
-				return true
-			}
-		}
-		return false
-	})
+	rest := others(servers, l)
+	nl := leaderAmong(t, "a new leader", rest...)
 	_, e := nl.State().KVGet(nil, "svc/leader")
 	if e == nil || e.Session != id || e.LockIndex != 1 {
 		t.Fatalf("after the failover the lock is %+v, want held by %s", e, id)
@@ -368,16 +371,7 @@ func TestClusterTransferLeadership(t *testing.T) {
 		t.Skip("starts three servers on real raft and gossip")
 	}
 	c := newTestCluster(t)
-	s1 := c.start("n1", BootstrapExpect, 3, nil)
-	s2 := c.start("n2", BootstrapExpect, 3, s1)
-	s3 := c.start("n3", BootstrapExpect, 3, s1)
-	servers := []*Server{s1, s2, s3}
-	l := c.leader(servers...)
-	for _, s := range servers {
-		gaWait(t, 10*time.Second, s.NodeName()+" knows the three voters", func() bool {
-			return equalStrings(voters(t, s), []string{"n1", "n2", "n3"})
-		})
-	}
+	servers, l := c.startThree()
 	if err := l.TransferLeadership(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -577,16 +571,7 @@ func deposedScenario(t *testing.T, ctx context.Context, all map[string]*Server, 
 			}
 		}
 	}
-	var cur *Server
-	gaWait(t, 10*time.Second, "a leader", func() bool {
-		for _, s := range all {
-			if s.IsLeader() {
-				cur = s
-				return true
-			}
-		}
-		return false
-	})
+	cur := leaderAmong(t, "a leader", all["n1"], all["n2"], all["n3"])
 	if cur != all["n1"] {
 		if err := cur.raft.LeadershipTransferToServer("n1", "n1").Error(); err != nil {
 			t.Logf("attempt %d: handing the leadership to n1: %v", attempt, err)
@@ -620,16 +605,7 @@ func deposedScenario(t *testing.T, ctx context.Context, all map[string]*Server, 
 	trans["n1"].DisconnectAll()
 	trans["n2"].Disconnect("n1")
 	trans["n3"].Disconnect("n1")
-	var nl *Server
-	gaWait(t, 10*time.Second, "a leader among n2 and n3", func() bool {
-		for _, n := range []string{"n2", "n3"} {
-			if all[n].IsLeader() {
-				nl = all[n]
-				return true
-			}
-		}
-		return false
-	})
+	nl := leaderAmong(t, "a leader among n2 and n3", all["n2"], all["n3"])
 	ok, _, err := nl.KVS(ctx, &state.KVRequest{Op: state.OpUnlock, Entry: state.DirEntry{Key: key, Session: a}})
 	if err != nil || !ok {
 		t.Fatalf("release through the new leader: %v %v", ok, err)
