@@ -217,6 +217,15 @@ func (a *Agent) NodeName(ctx context.Context) (string, error) {
 	return name, nil
 }
 
+// Leave asks the agent to leave its gossip pool gracefully and stop. A
+// server of a cluster hands over its leadership first, and the leader
+// then takes it out of the raft configuration. It returns once the agent
+// has left the pool.
+func (a *Agent) Leave(ctx context.Context) error {
+	_, err := a.c.write(ctx, a.c.newRequest(http.MethodPut, "/v1/agent/leave"), nil, nil)
+	return err
+}
+
 // AgentMember is one member of the gossip pool an agent belongs to, as
 // /v1/agent/members reports it (Consul's shape). Status is serf's number:
 // 1 alive, 2 leaving, 3 left, 4 failed.

@@ -196,7 +196,13 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		Shutdown(context.Context) error
 		Close() error
 	}
-	router := newLeaderRouter(srv, withAgentRoutes(srv.Gossip(), withOperatorRoutes(srv, handler)), ln.Addr().String(), logger)
+	leave := newAgentLeave(func() error {
+		if err := srv.TransferLeadership(leaveTimeout); err != nil {
+			logger.Warn("leaving without handing the leadership over: the others elect a leader when they miss this one", "error", err)
+		}
+		return srv.Gossip().Leave(leaveTimeout)
+	})
+	router := newLeaderRouter(srv, withLeave(leave, withAgentRoutes(srv.Gossip(), withOperatorRoutes(srv, handler))), ln.Addr().String(), logger)
 	router.fwd.stopping = httpStop
 	var root http.Handler = router
 	if *httpLoop == "stdlib" {
@@ -257,6 +263,8 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	case err := <-srv.Failed():
 		logger.Error("stopping: " + err.Error())
 		runErr = &ExitError{Code: 1, Msg: "agent: " + err.Error()}
+	case <-leave.done:
+		fmt.Fprintln(stdio.Out, "holdfast agent left its pool; shutting down")
 	}
 	// Leading a cluster, hand the leadership over first: the others need
 	// not wait out an election timeout, and requests that arrive here

@@ -60,6 +60,7 @@ var commands = map[string]command{
 	"agent":    {"Run a holdfast agent (a server, or with -server=false a client)", runAgent},
 	"info":     {"Show what the agent says of itself: raft, the state, gossip, runtime", runInfo},
 	"kv":       {"Interact with the key/value store", runKV},
+	"leave":    {"Make the agent leave its pool gracefully and stop (retires a server)", runLeave},
 	"lock":     {"Execute a command holding a lock", runLock},
 	"members":  {"List the agents of the gossip pool and their status", runMembers},
 	"operator": {"Operate the servers' cluster: its raft configuration", runOperator},

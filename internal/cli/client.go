@@ -321,6 +321,7 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 		}}})
 	defer ag.Close()
 	c.local = httpapi.AgentHandler(ag, o.datacenter, httpapi.Options{})
+	c.leave = newAgentLeave(func() error { return pool.Leave(leaveTimeout) })
 	// Blocking queries forwarded to a server end when the agent stops,
 	// rather than hold the shutdown for their wait; other requests (a
 	// write on its way) are let finish.
@@ -364,6 +365,8 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 		runErr = &ExitError{Code: 1, Msg: "agent: HTTP server stopped: " + err.Error()}
 	case err := <-nameTaken:
 		runErr, nameTakenErr = &ExitError{Code: 1, Msg: "agent: " + strings.TrimPrefix(err.Error(), "gossip: ")}, true
+	case <-c.leave.done:
+		fmt.Fprintln(stdio.Out, "holdfast agent left its pool; shutting down")
 	}
 	stopJoin()
 	<-settled
@@ -571,6 +574,8 @@ type clientAgent struct {
 	forwardBound       func(*http.Request) time.Duration // forwardBound; tests shorten it
 	// local serves the agent's check and service endpoints; nil refuses them.
 	local http.Handler
+	// leave serves /v1/agent/leave; nil refuses it.
+	leave *agentLeave
 
 	// stopping, if set, is done when the agent shuts down: forwarded
 	// blocking queries end then.
@@ -645,6 +650,13 @@ func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/v1/agent/metrics":
 		agentTelemetry().serveMetrics(w, r)
+		return
+	case "/v1/agent/leave":
+		if c.leave == nil {
+			http.Error(w, "This agent cannot be made to leave over HTTP", http.StatusNotImplemented)
+			return
+		}
+		c.leave.serveHTTP(w, r)
 		return
 	case "/v1/session/create":
 		if r.Method == http.MethodPut || r.Method == http.MethodPost {
