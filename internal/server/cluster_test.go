@@ -628,3 +628,63 @@ func deposedScenario(t *testing.T, ctx context.Context, all map[string]*Server, 
 	}
 	return true
 }
+
+// TestClusterNewLeaderReplaysNoOldLoss: a client agent failed and came
+// back; a follower heard both, and so did the leader, which reconciled
+// them (serfHealth critical, then passing). When that follower becomes
+// leader it must not replay the old failure: a session created on the
+// agent since stays. (The cluster audit found a follower keeping the
+// loss, and as leader invalidating sessions made long after the agent
+// recovered.) A loss no leader reconciled is still replayed:
+// TestSerfFullPassKeepsPendingLosses.
+func TestClusterNewLeaderReplaysNoOldLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers on real raft and gossip")
+	}
+	c := newTestCluster(t)
+	servers, l := c.startThree()
+	agent := gaAgent(t, "c1", c.clk)
+	if _, err := agent.Join([]string{l.Gossip().Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	gaWait(t, 10*time.Second, "c1 registered passing", func() bool { return gaSerf(l, "c1") == state.HealthPassing })
+	f := others(servers, l)[0]
+	gaWait(t, 10*time.Second, "the follower's pool knows c1", func() bool { return gaStatus(f.Gossip(), "c1") == gossip.StatusAlive })
+	m, _ := f.Gossip().Member("c1")
+	failed := m
+	failed.Status = gossip.StatusFailed
+	// The follower hears c1 fail and come back; the leader hears the
+	// same, later, and reconciles both.
+	f.serf.memberEvent(gossip.Event{Type: gossip.EventFailed, Member: failed})
+	f.serf.memberEvent(gossip.Event{Type: gossip.EventJoin, Member: m})
+	before := l.State().Check("c1", state.SerfCheckID).ModifyIndex
+	l.serf.memberEvent(gossip.Event{Type: gossip.EventFailed, Member: failed})
+	gaWait(t, 10*time.Second, "the leader marks c1 critical", func() bool { return gaSerf(l, "c1") == state.HealthCritical })
+	l.serf.memberEvent(gossip.Event{Type: gossip.EventJoin, Member: m})
+	gaWait(t, 10*time.Second, "the follower has the leader's reconcile of c1's return", func() bool {
+		chk := f.State().Check("c1", state.SerfCheckID)
+		return chk != nil && chk.Status == state.HealthPassing && chk.ModifyIndex > before
+	})
+
+	id, err := l.SessionCreate(context.Background(), &state.Session{Node: "c1", NodeChecks: []string{state.SerfCheckID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.raft.LeadershipTransferToServer(raft.ServerID(f.NodeName()), raft.ServerAddress(f.RaftAddr())).Error(); err != nil {
+		t.Fatal(err)
+	}
+	gaWait(t, 10*time.Second, "the follower leading", f.IsLeader)
+	// A member that joins now is reconciled after the term's first full
+	// reconcile: once it is registered, a replayed loss would have been.
+	late := gaAgent(t, "c2", c.clk)
+	if _, err := late.Join([]string{f.Gossip().Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	gaWait(t, 10*time.Second, "c2 registered by the new leader", func() bool { return gaSerf(f, "c2") == state.HealthPassing })
+	if !gaSessionAlive(f, id) {
+		t.Error("the session on c1, created after c1 had come back, was invalidated by the new leader")
+	}
+	if got := gaSerf(f, "c1"); got != state.HealthPassing {
+		t.Errorf("c1's serfHealth under the new leader is %q, want passing", got)
+	}
+}

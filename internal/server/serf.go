@@ -69,7 +69,10 @@ type serfState struct {
 	grace    time.Duration // see the file comment
 	interval time.Duration // full reconcile period
 
-	self    string // this server's node, which gossip does not reconcile
+	self string // this server's node, which gossip does not reconcile
+	// seenAt, if set, gives the raft index this server has applied,
+	// stamped on each event as it arrives (see pendingEvent).
+	seenAt  func() uint64
 	mu      sync.Mutex
 	pending map[string]*memberEvents
 	kick    chan struct{}
@@ -81,8 +84,21 @@ type serfState struct {
 // and comes back before the loop gets to it must still go critical first:
 // its sessions were held by a process that died.
 type memberEvents struct {
-	loss *gossip.Event
-	last gossip.Event
+	loss *pendingEvent
+	last pendingEvent
+}
+
+// pendingEvent is an event of the pool, and the raft index this server
+// had applied when it arrived (0: not known). A loss is replayed only if
+// the member's serfHealth check has not changed since: a server that saw
+// a member fail while it followed, and leads later, must not replay a
+// failure the leader of the time reconciled (with the member's coming
+// back after it), or it would invalidate sessions made long after the
+// member recovered (the cluster audit: a follower given the leadership by
+// a SIGTERM did).
+type pendingEvent struct {
+	gossip.Event
+	at uint64
 }
 
 // isLoss reports whether an event ends a member's life as gossip knew it.
@@ -91,7 +107,7 @@ func isLoss(t gossip.EventType) bool {
 }
 
 // add records ev after what is pending.
-func (me *memberEvents) add(ev gossip.Event) {
+func (me *memberEvents) add(ev pendingEvent) {
 	if isLoss(ev.Type) {
 		me.loss = nil // the new loss is the latest event itself
 	} else if isLoss(me.last.Type) {
@@ -139,6 +155,7 @@ func (s *Server) startGossip() error {
 		gc.Clock = s.clk
 	}
 	sf := newSerfState(s.cfg.NodeName)
+	sf.seenAt = s.raft.AppliedIndex
 	gc.Notify = sf.memberEvent
 	pool, err := gossip.New(gc)
 	if err != nil {
@@ -157,6 +174,9 @@ func (s *Server) startGossip() error {
 // startSerf starts reconciling m into the catalog; events reach it
 // through sf.memberEvent.
 func (s *Server) startSerf(sf *serfState, m membership, grace, interval time.Duration) {
+	if sf.seenAt == nil {
+		sf.seenAt = s.raft.AppliedIndex
+	}
 	sf.members = m
 	sf.started = s.clk.Now()
 	sf.grace = grace
@@ -189,11 +209,15 @@ func (sf *serfState) memberEvent(ev gossip.Event) {
 	if ev.Member.Name == sf.self {
 		return
 	}
+	pe := pendingEvent{Event: ev}
+	if sf.seenAt != nil {
+		pe.at = sf.seenAt()
+	}
 	sf.mu.Lock()
 	if me := sf.pending[ev.Member.Name]; me != nil {
-		me.add(ev)
+		me.add(pe)
 	} else {
-		sf.pending[ev.Member.Name] = &memberEvents{last: ev}
+		sf.pending[ev.Member.Name] = &memberEvents{last: pe}
 	}
 	sf.mu.Unlock()
 	select {
@@ -219,7 +243,7 @@ func (sf *serfState) wake() {
 
 // takePending empties the pending set and returns its events by member
 // name, a member's pending loss before its latest event.
-func (sf *serfState) takePending() []gossip.Event {
+func (sf *serfState) takePending() []pendingEvent {
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
 	names := make([]string, 0, len(sf.pending))
@@ -227,7 +251,7 @@ func (sf *serfState) takePending() []gossip.Event {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	out := make([]gossip.Event, 0, len(names))
+	out := make([]pendingEvent, 0, len(names))
 	for _, name := range names {
 		me := sf.pending[name]
 		if me.loss != nil {
@@ -243,7 +267,7 @@ func (sf *serfState) takePending() []gossip.Event {
 // before whatever arrived about the same member meanwhile: a newer event
 // supersedes them, except that a loss is kept ahead of a newer event that
 // is not one.
-func (sf *serfState) putBack(evs []gossip.Event) {
+func (sf *serfState) putBack(evs []pendingEvent) {
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
 	old := make(map[string]*memberEvents)
@@ -397,8 +421,18 @@ func (s *Server) reconcilePending(sf *serfState) error {
 	return nil
 }
 
-// reconcileEvent makes the catalog agree with one event of the pool.
-func (s *Server) reconcileEvent(ev gossip.Event) error {
+// reconcileEvent makes the catalog agree with one event of the pool. A
+// loss whose member's serfHealth check changed after the loss arrived was
+// reconciled already, with what followed it (see pendingEvent): it is
+// not replayed.
+func (s *Server) reconcileEvent(ev pendingEvent) error {
+	if isLoss(ev.Type) && ev.at > 0 {
+		if chk := s.State().Check(ev.Member.Name, state.SerfCheckID); chk != nil && chk.ModifyIndex > ev.at {
+			s.log.Debug("not replaying a loss reconciled after it arrived", "member", ev.Member.Name,
+				"event", ev.Type.String(), "seen_at", ev.at, "check_modified_at", chk.ModifyIndex)
+			return nil
+		}
+	}
 	if ev.Type == gossip.EventReap {
 		return s.reconcileGone(ev.Member.Name)
 	}
