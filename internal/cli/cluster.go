@@ -254,6 +254,8 @@ func serveRemovePeer(srv *server.Server, w http.ResponseWriter, r *http.Request)
 		w.WriteHeader(http.StatusOK)
 	case errors.Is(err, server.ErrNoSuchPeer):
 		http.Error(w, strings.TrimPrefix(err.Error(), "server: "), http.StatusNotFound)
+	case errors.Is(err, server.ErrRemoveLeader):
+		http.Error(w, strings.TrimPrefix(err.Error(), "server: "), http.StatusConflict)
 	default:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	}

@@ -257,7 +257,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case status < 500 || kind == KindNotImplemented || err == errCancelled:
 	case messageOf(err) == errNoLeader.Msg:
 		if n := h.noLeader.Note(); n > 0 {
-			h.opts.Logger.Warn("refusing requests: no cluster leader yet (a start replaying its log, or an election)",
+			h.opts.Logger.Warn("refusing requests: no cluster leader yet (a start replaying its log, an election, a server not yet added to a cluster, or a cluster that lost its majority)",
 				"refused", n, "latest", r.Method+" "+r.URL.Path)
 		}
 	default:

@@ -112,10 +112,15 @@ func (s *Server) RaftConfiguration() ([]RaftServer, uint64, error) {
 // does not hold.
 var ErrNoSuchPeer = errors.New("server: no such raft peer")
 
+// ErrRemoveLeader is returned by RemovePeer for the leader itself.
+var ErrRemoveLeader = errors.New("server: the server to remove is the leader")
+
 // RemovePeer takes the server with raft ID id, or else the one at address,
 // out of the raft configuration. Only the leader can; others return
-// ErrNoLeader. Removing the leader itself is allowed: it steps down once the
-// new configuration is committed.
+// ErrNoLeader. The leader itself is not removed (ErrRemoveLeader): raft
+// would stop on it while its process ran on, answering nothing, and the
+// next leader would add it back as a member that never catches up; it is
+// retired with a leave, which hands its leadership over first.
 func (s *Server) RemovePeer(id, address string) error {
 	if err := s.ready(); err != nil {
 		return err
@@ -126,6 +131,10 @@ func (s *Server) RemovePeer(id, address string) error {
 	}
 	for _, srv := range f.Configuration().Servers {
 		if (id != "" && string(srv.ID) == id) || (id == "" && string(srv.Address) == address) {
+			if string(srv.ID) == s.cfg.NodeName {
+				return fmt.Errorf("%w (%s): retire it with `holdfast leave -http-addr %s`, which hands its leadership over first, and the next leader takes it out",
+					ErrRemoveLeader, srv.ID, s.cfg.HTTPAddr)
+			}
 			s.log.Info("removing a server from the raft configuration", "id", srv.ID, "address", srv.Address)
 			return s.configChange(s.raft.RemoveServer(srv.ID, f.Index(), addVoterTimeout))
 		}

@@ -267,8 +267,11 @@ func TestClusterBootstrapExpectAndFailover(t *testing.T) {
 	if got := voters(t, nl); !equalStrings(got, want) {
 		t.Fatalf("voters after the removal %v, want %v", got, want)
 	}
-	if err := nl.RemovePeer("nobody", ""); err == nil {
-		t.Fatal("removing an unknown server succeeded")
+	if err := nl.RemovePeer("nobody", ""); !errors.Is(err, ErrNoSuchPeer) {
+		t.Fatalf("removing an unknown server: %v", err)
+	}
+	if err := nl.RemovePeer(nl.NodeName(), ""); !errors.Is(err, ErrRemoveLeader) || !strings.Contains(err.Error(), "holdfast leave") {
+		t.Fatalf("removing the leader itself: %v", err)
 	}
 }
 
@@ -286,7 +289,11 @@ func TestClusterJoinedServerIsAdded(t *testing.T) {
 	if ok, _, err := s1.KVS(ctx, &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: "k", Value: []byte("v")}}); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	s2 := c.start("n2", BootstrapNone, 0, s1)
+	dir2, raft2 := t.TempDir(), fmt.Sprintf("127.0.0.1:%d", gaFreePort(t))
+	s2, err := c.startIn("n2", BootstrapNone, 0, s1, dir2, raft2)
+	if err != nil {
+		t.Fatal(err)
+	}
 	advanceUntil(t, c.clk, 100*time.Millisecond, "n2 added as a voter", func() bool {
 		return equalStrings(voters(t, s1), []string{"n1", "n2"})
 	})
@@ -302,6 +309,29 @@ func TestClusterJoinedServerIsAdded(t *testing.T) {
 	}
 	advanceUntil(t, c.clk, 100*time.Millisecond, "n2 removed after leaving", func() bool {
 		return equalStrings(voters(t, s1), []string{"n1"})
+	})
+
+	// Its data directory knows a configuration without it. Started on
+	// it to run alone, it is refused, and told how to come back.
+	s2.Shutdown()
+	if _, err := c.startIn("n2", BootstrapAlone, 0, nil, dir2, raft2); err == nil ||
+		!strings.Contains(err.Error(), `this server is node "n2"`) || !strings.Contains(err.Error(), "start it with -join to be added again") {
+		t.Fatalf("a server out of its cluster, started alone: %v", err)
+	}
+	// Started to join the pool, it is added again, and catches up.
+	if ok, _, err := s1.KVS(ctx, &state.KVRequest{Op: state.OpSet, Entry: state.DirEntry{Key: "k2", Value: []byte("v2")}}); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	s2, err = c.startIn("n2", BootstrapNone, 0, s1, dir2, raft2)
+	if err != nil {
+		t.Fatalf("a server that left, started again to join: %v", err)
+	}
+	advanceUntil(t, c.clk, 100*time.Millisecond, "n2 added again as a voter", func() bool {
+		return equalStrings(voters(t, s1), []string{"n1", "n2"})
+	})
+	gaWait(t, 10*time.Second, "n2 has what was written while it was out", func() bool {
+		_, e := s2.State().KVGet(nil, "k2")
+		return e != nil
 	})
 }
 

@@ -338,7 +338,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: starting raft: %w", err)
 	}
 	if has {
-		if err := checkMember(r, rc.LocalID, cfg.DataDir); err != nil {
+		if err := checkMember(r, rc.LocalID, cfg.DataDir); errors.Is(err, errNotMember) && cfg.Bootstrap != BootstrapAlone {
+			// A server that left or was removed, started again to join
+			// its pool: the leader adds it as a new member, and raft
+			// brings its log in line (it never stands for election
+			// while it is out of the configuration).
+			s.log.Warn("this server is not in the raft configuration it last knew (it left, or was removed): "+
+				"it waits for the leader of the pool it joins to add it again", "node", cfg.NodeName)
+		} else if err != nil {
 			r.Shutdown().Error()
 			s.closeStores()
 			return nil, err
@@ -574,12 +581,19 @@ func checkMember(r *raft.Raft, id raft.ServerID, dir string) error {
 		ids = append(ids, strconv.Quote(string(srv.ID)))
 	}
 	if len(ids) == 1 {
-		return fmt.Errorf("server: %s belongs to node %s, and this server is node %q, which raft would never elect: "+
-			"start it as node %s (-node), or give node %q a data directory of its own", where, ids[0], id, ids[0], id)
+		return fmt.Errorf("%w: %s belongs to node %s, and this server is node %q, which raft would never elect: "+
+			"start it as node %s (-node), or give node %q a data directory of its own; "+
+			"if it was taken out of a cluster (holdfast leave, remove-peer), start it with -join to be added again",
+			errNotMember, where, ids[0], id, ids[0], id)
 	}
-	return fmt.Errorf("server: %s belongs to a raft cluster of nodes %s, and this server is node %q, which is not one of them",
-		where, strings.Join(ids, ", "), id)
+	return fmt.Errorf("%w: %s belongs to a raft cluster of nodes %s, and this server is node %q, which is not one of them; "+
+		"if it was taken out of that cluster (holdfast leave, remove-peer), start it with -join to be added again",
+		errNotMember, where, strings.Join(ids, ", "), id)
 }
+
+// errNotMember is checkMember's error for raft state whose configuration
+// does not hold this server; its text begins with "server:".
+var errNotMember = errors.New("server")
 
 // logGapError describes a log whose start is in no snapshot raft could use.
 func logGapError(st *stores, dir string) error {
