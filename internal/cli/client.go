@@ -611,6 +611,7 @@ func newClientAgent(node, dc, httpAddr string, pool poolView, logger hclog.Logge
 			if t, ok := resp.Request.Context().Value(headerTimerKey{}).(*time.Timer); ok {
 				t.Stop()
 			}
+			c.noteNoLeader(resp)
 			return nil
 		},
 	}
@@ -634,6 +635,28 @@ var forwardTransport = &http.Transport{
 	IdleConnTimeout:       90 * time.Second,
 	ExpectContinueTimeout: time.Second,
 	DisableCompression:    true,
+}
+
+// noteNoLeader, for a client agent, sets a server that answered "No
+// cluster leader" aside, so that the next request goes to another one:
+// a server of a cluster that lost its majority, or not yet added to one,
+// would otherwise get every request for as long as it lived (the cluster
+// audit: 20 of 20 requests failed for 30 s through a client agent whose
+// server had been taken out of its cluster). The answer itself goes back
+// to the caller, who retries.
+func (c *clientAgent) noteNoLeader(resp *http.Response) {
+	if c.pick != nil || resp.StatusCode != http.StatusInternalServerError || resp.ContentLength < 0 || resp.ContentLength > 256 {
+		return
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	if err != nil || strings.TrimSpace(string(b)) != "No cluster leader" {
+		return
+	}
+	c.mu.Lock()
+	c.skip = resp.Request.URL.Host
+	c.mu.Unlock()
 }
 
 // headerTimerKey carries, in a forward's context, the timer that cancels
@@ -776,6 +799,9 @@ func (c *clientAgent) pickServer() (string, bool) {
 	for _, m := range c.pool.Members() {
 		if memberType(m.Tags) != "server" || m.Tags["http"] == "" {
 			continue
+		}
+		if dc := m.Tags["dc"]; dc != "" && c.dc != "" && dc != c.dc {
+			continue // a server of another datacenter serves another catalog
 		}
 		switch m.Status {
 		case gossip.StatusAlive:

@@ -759,3 +759,50 @@ func TestForwardsReuseConnections(t *testing.T) {
 		t.Fatalf("%d forwards by %d callers dialled %d connections to the server; want at most one per caller", callers*each, callers, n)
 	}
 }
+
+// A client agent sets aside a server that answered "No cluster leader"
+// (one out of its cluster, or of a cluster that lost its majority): the
+// next request goes to another. A server of another datacenter is never
+// picked. (The cluster audit: a client agent kept failing every request on
+// one such server.)
+func TestClientAgentLeavesServerWithoutLeader(t *testing.T) {
+	var hitsA, hitsB, hitsDC2 atomic.Int64
+	leaderless := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hitsA.Add(1)
+		http.Error(w, "No cluster leader", http.StatusInternalServerError)
+	}))
+	defer leaderless.Close()
+	healthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hitsB.Add(1)
+		io.WriteString(w, "true")
+	}))
+	defer healthy.Close()
+	otherDC := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hitsDC2.Add(1)
+		io.WriteString(w, "true")
+	}))
+	defer otherDC.Close()
+	srv := func(name, addr, dc string) gossip.Member {
+		return gossip.Member{Name: name, Addr: "127.0.0.1", Status: gossip.StatusAlive,
+			Tags: map[string]string{"role": "server", "dc": dc, "http": addr}}
+	}
+	c := newClientAgent("client1", "dc1", "x", fakePool{
+		srv("a-dc2", otherDC.Listener.Addr().String(), "dc2"),
+		srv("b-leaderless", leaderless.Listener.Addr().String(), "dc1"),
+		srv("c-healthy", healthy.Listener.Addr().String(), "dc1"),
+	}, hclog.NewNullLogger())
+	hs := httptest.NewServer(c)
+	defer hs.Close()
+
+	if code, body := do(t, "PUT", hs.URL+"/v1/kv/k", "v"); code != 500 || body != "No cluster leader" {
+		t.Fatalf("first request, to the leaderless server: %d %q", code, body)
+	}
+	for i := 0; i < 3; i++ {
+		if code, body := do(t, "PUT", hs.URL+"/v1/kv/k", "v"); code != 200 || body != "true" {
+			t.Fatalf("request %d after the leaderless answer: %d %q, want the healthy server's", i+2, code, body)
+		}
+	}
+	if a, b, d := hitsA.Load(), hitsB.Load(), hitsDC2.Load(); a != 1 || b != 3 || d != 0 {
+		t.Fatalf("hits: leaderless %d, healthy %d, other datacenter %d; want 1, 3, 0", a, b, d)
+	}
+}

@@ -97,7 +97,10 @@ type evalFunc func(s *state.Store, ws watch.Set) (index uint64, found bool)
 // "No cluster leader" while no leader is known.
 func (h *handler) read(w http.ResponseWriter, r *http.Request, ro *readOpts, eval evalFunc) error {
 	if ro.mode == modeStale && ro.maxStale > 0 {
-		if known, last := h.b.LeaderStatus(); !known || last > ro.maxStale {
+		// The last contact with a leader counts, known now or not: a
+		// server whose majority is gone still answers a read that
+		// accepts that much staleness (the cluster audit).
+		if _, last := h.b.LeaderStatus(); last > ro.maxStale {
 			m := *ro
 			m.mode = modeLeader // too stale to answer from here
 			ro = &m

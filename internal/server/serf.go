@@ -451,6 +451,11 @@ func (s *Server) reconcileMember(m gossip.Member) error {
 
 // reconcileCatalog makes the catalog agree with what gossip says of m.
 func (s *Server) reconcileCatalog(m gossip.Member) error {
+	if dc := m.Tags["dc"]; dc != "" && dc != s.cfg.Datacenter {
+		// An agent of another datacenter in this pool (a wrong -join or
+		// -datacenter): not this catalog's, as Consul's leader skips it.
+		return nil
+	}
 	st := s.State()
 	_, node, _ := st.NodeInfo(nil, m.Name)
 	chk := st.Check(m.Name, state.SerfCheckID)

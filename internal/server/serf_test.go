@@ -389,3 +389,24 @@ func TestSerfFullPassKeepsPendingLosses(t *testing.T) {
 		return c != nil && c.Status == state.HealthPassing
 	})
 }
+
+// An agent of another datacenter in the pool (a wrong -join or
+// -datacenter) is not registered in this datacenter's catalog, as Consul's
+// leader skips it; its neighbour of this datacenter is.
+func TestSerfSkipsOtherDatacenter(t *testing.T) {
+	clk := clocktest.NewFake(epoch)
+	s := newTestServer(t, "", clk)
+	other := member("far", "10.0.0.8", gossip.StatusAlive)
+	other.Tags["dc"] = "dc2"
+	near := member("near", "10.0.0.9", gossip.StatusAlive)
+	near.Tags["dc"] = "dc1"
+	fm := &fakeMembers{}
+	fm.set(member("node1", "127.0.0.1", gossip.StatusAlive), other, near)
+	sf := newSerfState("node1")
+	s.serf = sf
+	s.startSerf(sf, fm, 0, time.Minute)
+	waitState(t, s, "near registered", func(ws watch.Set) bool { return serfCheck(ws, s, "near") != nil })
+	if nodeOf(nil, s, "far") != nil {
+		t.Fatal("an agent of dc2 was registered in dc1's catalog")
+	}
+}
