@@ -39,20 +39,13 @@ func TestAgentLeaveEndpoint(t *testing.T) {
 		code         int
 		body         string
 	}{
-		{"GET", "/v1/agent/leave", 405, "method GET not allowed\n"},
-		{"PUT", "/v1/agent/leave", 500, "leaving: gossip: leaving: timeout\n"},
-		{"PUT", "/v1/agent/leave", 500, "leaving: gossip: leaving: timeout\n"},
+		{"GET", "/v1/agent/leave", 405, "method GET not allowed"},
+		{"PUT", "/v1/agent/leave", 500, "leaving: gossip: leaving: timeout"},
+		{"PUT", "/v1/agent/leave", 500, "leaving: gossip: leaving: timeout"},
 		{"GET", "/v1/agent/self", 200, "next"},
 	} {
-		req, _ := http.NewRequest(c.method, hs.URL+c.path, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != c.code || string(b) != c.body {
-			t.Errorf("%s %s: %d %q, want %d %q", c.method, c.path, resp.StatusCode, b, c.code, c.body)
+		if code, body := do(t, c.method, hs.URL+c.path, ""); code != c.code || body != c.body {
+			t.Errorf("%s %s: %d %q, want %d %q", c.method, c.path, code, body, c.code, c.body)
 		}
 	}
 	if n := runs.Load(); n != 1 {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -78,23 +77,16 @@ func TestOperatorRaftEndpoints(t *testing.T) {
 		code         int
 		body         string
 	}{
-		{"DELETE", "/v1/operator/raft/peer", 400, "Must specify either ?id with the server's ID or ?address with IP:port of peer to remove\n"},
-		{"DELETE", "/v1/operator/raft/peer?id=a&address=b", 400, "Must specify either ?id with the server's ID or ?address with IP:port of peer to remove\n"},
-		{"DELETE", "/v1/operator/raft/peer?id=ghost", 404, "no such raft peer: no server with ID \"ghost\"\n"},
-		{"DELETE", "/v1/operator/raft/peer?address=10.0.0.1:1", 404, "no such raft peer: no server at address \"10.0.0.1:1\"\n"},
-		{"PUT", "/v1/operator/raft/peer?id=solo", 405, "method PUT not allowed\n"},
-		{"POST", "/v1/operator/raft/configuration", 405, "method POST not allowed\n"},
+		{"DELETE", "/v1/operator/raft/peer", 400, "Must specify either ?id with the server's ID or ?address with IP:port of peer to remove"},
+		{"DELETE", "/v1/operator/raft/peer?id=a&address=b", 400, "Must specify either ?id with the server's ID or ?address with IP:port of peer to remove"},
+		{"DELETE", "/v1/operator/raft/peer?id=ghost", 404, "no such raft peer: no server with ID \"ghost\""},
+		{"DELETE", "/v1/operator/raft/peer?address=10.0.0.1:1", 404, "no such raft peer: no server at address \"10.0.0.1:1\""},
+		{"PUT", "/v1/operator/raft/peer?id=solo", 405, "method PUT not allowed"},
+		{"POST", "/v1/operator/raft/configuration", 405, "method POST not allowed"},
 	}
 	for _, c := range cases {
-		req, _ := http.NewRequest(c.method, hs.URL+c.path, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != c.code || string(b) != c.body {
-			t.Errorf("%s %s: %d %q, want %d %q", c.method, c.path, resp.StatusCode, b, c.code, c.body)
+		if code, body := do(t, c.method, hs.URL+c.path, ""); code != c.code || body != c.body {
+			t.Errorf("%s %s: %d %q, want %d %q", c.method, c.path, code, body, c.code, c.body)
 		}
 	}
 	// The server is still the one voter.
