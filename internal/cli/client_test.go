@@ -755,8 +755,12 @@ func TestForwardsReuseConnections(t *testing.T) {
 		}(i)
 	}
 	wg.Wait()
-	if n := dialled.Load(); n > callers {
-		t.Fatalf("%d forwards by %d callers dialled %d connections to the server; want at most one per caller", callers*each, callers, n)
+	// One per caller, and a few more: net/http dials a new connection for
+	// a request that finds none idle while another is being put back
+	// (36 of 640 under the race detector). net/http's default of two idle
+	// connections per host dialled 316-330.
+	if n := dialled.Load(); n > 2*callers {
+		t.Fatalf("%d forwards by %d callers dialled %d connections to the server; want about one per caller", callers*each, callers, n)
 	}
 }
 
