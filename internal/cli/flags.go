@@ -146,6 +146,19 @@ func say(stdio Stdio, line string) {
 	io.WriteString(stdio.Out, line+"\n")
 }
 
+// parseNoArgs parses args into fs for a command that takes no arguments.
+// done is true when the command ends here: its help was shown (err nil),
+// or a flag or an argument was wrong (err says so, already printed).
+func parseNoArgs(stdio Stdio, fs *flag.FlagSet, args []string) (done bool, err error) {
+	if done, err := parseFlags(fs, args); done {
+		return true, err
+	}
+	if n := fs.NArg(); n > 0 {
+		return true, fail(stdio, fmt.Sprintf("Error! Too many arguments (expected 0, got %d)", n))
+	}
+	return false, nil
+}
+
 // fail prints one line to stderr and returns the exit error for it: code 1,
 // already printed.
 func fail(stdio Stdio, line string) error {

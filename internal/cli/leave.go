@@ -84,11 +84,8 @@ func runLeave(ctx context.Context, stdio Stdio, args []string) error {
 	fs := newFlagSet(stdio, "leave", leaveUsage)
 	var hf httpFlags
 	hf.register(fs)
-	if done, err := parseFlags(fs, args); done {
+	if done, err := parseNoArgs(stdio, fs, args); done {
 		return err
-	}
-	if n := fs.NArg(); n > 0 {
-		return fail(stdio, fmt.Sprintf("Error! Too many arguments (expected 0, got %d)", n))
 	}
 	cl, err := hf.client(stdio)
 	if err != nil {

@@ -98,11 +98,8 @@ func runMembers(ctx context.Context, stdio Stdio, args []string) error {
 	hf.register(fs)
 	status := fs.String("status", "", "List only the members whose status (alive, leaving, left, failed) matches this regular expression, as consul members does.")
 	detailed := fs.Bool("detailed", false, "Show every tag of each member.")
-	if done, err := parseFlags(fs, args); done {
+	if done, err := parseNoArgs(stdio, fs, args); done {
 		return err
-	}
-	if n := fs.NArg(); n > 0 {
-		return fail(stdio, fmt.Sprintf("Error! Too many arguments (expected 0, got %d)", n))
 	}
 	statusRe, err := regexp.Compile(*status)
 	if err != nil {

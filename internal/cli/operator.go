@@ -42,11 +42,8 @@ func runRaftListPeers(ctx context.Context, stdio Stdio, args []string) error {
 	fs := newFlagSet(stdio, "operator raft list-peers", raftListPeersUsage)
 	var hf httpFlags
 	hf.register(fs)
-	if done, err := parseFlags(fs, args); done {
+	if done, err := parseNoArgs(stdio, fs, args); done {
 		return err
-	}
-	if n := fs.NArg(); n > 0 {
-		return fail(stdio, fmt.Sprintf("Error! Too many arguments (expected 0, got %d)", n))
 	}
 	cl, err := hf.client(stdio)
 	if err != nil {
@@ -86,11 +83,8 @@ func runRaftRemovePeer(ctx context.Context, stdio Stdio, args []string) error {
 	hf.register(fs)
 	id := fs.String("id", "", "Raft ID (the node name) of the server to remove.")
 	addr := fs.String("address", "", "Raft address (host:port) of the server to remove.")
-	if done, err := parseFlags(fs, args); done {
+	if done, err := parseNoArgs(stdio, fs, args); done {
 		return err
-	}
-	if n := fs.NArg(); n > 0 {
-		return fail(stdio, fmt.Sprintf("Error! Too many arguments (expected 0, got %d)", n))
 	}
 	if (*id == "") == (*addr == "") {
 		return fail(stdio, "Error! Give exactly one of -id and -address")

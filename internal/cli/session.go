@@ -57,11 +57,8 @@ func runSessionCreate(ctx context.Context, stdio Stdio, args []string) error {
 	var checks stringList
 	fs.Var(&checks, "check", "`ID` of a health check on the node to bind the session to; may be repeated.")
 	noChecks := fs.Bool("no-checks", false, "Bind the session to no health check.")
-	if done, err := parseFlags(fs, args); done {
+	if done, err := parseNoArgs(stdio, fs, args); done {
 		return err
-	}
-	if n := fs.NArg(); n > 0 {
-		return fail(stdio, fmt.Sprintf("Error! Too many arguments (expected 0, got %d)", n))
 	}
 	if *noChecks && len(checks) > 0 {
 		return fail(stdio, "Error! Cannot specify both -check and -no-checks")
@@ -114,11 +111,8 @@ func runSessionList(ctx context.Context, stdio Stdio, args []string) error {
 	var hf httpFlags
 	hf.register(fs)
 	node := fs.String("node", "", "List only the sessions of this node.")
-	if done, err := parseFlags(fs, args); done {
+	if done, err := parseNoArgs(stdio, fs, args); done {
 		return err
-	}
-	if n := fs.NArg(); n > 0 {
-		return fail(stdio, fmt.Sprintf("Error! Too many arguments (expected 0, got %d)", n))
 	}
 	client, err := hf.client(stdio)
 	if err != nil {
