@@ -805,9 +805,9 @@ func (c *clientAgent) pickServer() (string, bool) {
 		}
 		switch m.Status {
 		case gossip.StatusAlive:
-			alive = append(alive, serverHTTPAddr(m))
+			alive = append(alive, m.TagAddr("http"))
 		case gossip.StatusFailed:
-			failed = append(failed, serverHTTPAddr(m))
+			failed = append(failed, m.TagAddr("http"))
 		}
 	}
 	cands, live := alive, true
@@ -833,20 +833,6 @@ func (c *clientAgent) pickServer() (string, bool) {
 	}
 	c.last, c.skip = pick, ""
 	return pick, live
-}
-
-// serverHTTPAddr is a server member's HTTP address; a wildcard host in its
-// http tag (it listens everywhere) is replaced by its gossip address.
-func serverHTTPAddr(m gossip.Member) string {
-	addr := m.Tags["http"]
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		return net.JoinHostPort(m.Addr, port)
-	}
-	return addr
 }
 
 func (c *clientAgent) forwardFailed(w http.ResponseWriter, r *http.Request, err error) {

@@ -198,9 +198,9 @@ func TestServerHTTPAddr(t *testing.T) {
 		{":8500", "10.0.0.2", "10.0.0.2:8500"},
 		{"srv.example:8500", "10.0.0.1", "srv.example:8500"},
 	} {
-		got := serverHTTPAddr(gossip.Member{Addr: tc.addr, Tags: map[string]string{"http": tc.tag}})
+		got := gossip.Member{Addr: tc.addr, Tags: map[string]string{"http": tc.tag}}.TagAddr("http")
 		if got != tc.want {
-			t.Errorf("serverHTTPAddr(%s, %s) = %s, want %s", tc.tag, tc.addr, got, tc.want)
+			t.Errorf("TagAddr(%s, %s) = %s, want %s", tc.tag, tc.addr, got, tc.want)
 		}
 	}
 }

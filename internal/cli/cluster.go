@@ -117,7 +117,7 @@ func leaderHTTP(srv *server.Server) (string, bool) {
 	if !ok || m.Tags["http"] == "" {
 		return "", false
 	}
-	return serverHTTPAddr(m), m.Status == gossip.StatusAlive
+	return m.TagAddr("http"), m.Status == gossip.StatusAlive
 }
 
 // leaderCatalog writes the agent's checks and services through the server

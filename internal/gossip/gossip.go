@@ -98,6 +98,21 @@ type Member struct {
 // Address is Addr:Port.
 func (m Member) Address() string { return net.JoinHostPort(m.Addr, strconv.Itoa(int(m.Port))) }
 
+// TagAddr is the host:port in the member's tag (its "http" or "raft"
+// address), with an unspecified host (it listens everywhere) replaced by
+// the address it gossips from, so that others can dial it.
+func (m Member) TagAddr(tag string) string {
+	addr := m.Tags[tag]
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return net.JoinHostPort(m.Addr, port)
+	}
+	return addr
+}
+
 func (m Member) clone() Member {
 	if m.Tags != nil {
 		t := make(map[string]string, len(m.Tags))

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -170,20 +169,7 @@ func (s *Server) serverMember(m gossip.Member) (string, bool) {
 	if dc := m.Tags["dc"]; dc != "" && dc != s.cfg.Datacenter {
 		return "", false
 	}
-	return dialable(m.Tags["raft"], m.Addr), true
-}
-
-// dialable replaces an unspecified host in addr (a server listening
-// everywhere) with host.
-func dialable(addr, host string) string {
-	h, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
-		return net.JoinHostPort(host, port)
-	}
-	return addr
+	return m.TagAddr("raft"), true
 }
 
 // reconcileRaft keeps the raft configuration in step with what gossip says
@@ -444,7 +430,7 @@ func (s *Server) getPeerJSON(ctx context.Context, m gossip.Member, path string, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+dialable(addr, m.Addr)+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.TagAddr("http")+path, nil)
 	if err != nil {
 		return err
 	}
