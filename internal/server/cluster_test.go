@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -149,7 +150,7 @@ func (c *testCluster) startThree() (servers []*Server, leader *Server) {
 	leader = c.leader(servers...)
 	for _, s := range servers {
 		gaWait(c.t, 10*time.Second, s.NodeName()+" knows the three voters", func() bool {
-			return equalStrings(voters(c.t, s), []string{"n1", "n2", "n3"})
+			return slices.Equal(voters(c.t, s), []string{"n1", "n2", "n3"})
 		})
 	}
 	return servers, leader
@@ -170,18 +171,6 @@ func voters(t *testing.T, s *Server) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestClusterBootstrapExpectAndFailover: three servers expecting three
@@ -243,7 +232,7 @@ func TestClusterBootstrapExpectAndFailover(t *testing.T) {
 	// are in a cluster: it waits to be added, and the leader adds it.
 	s4 := c.start("n4", BootstrapExpect, 3, nl)
 	advanceUntil(t, c.clk, 100*time.Millisecond, "n4 added as a voter", func() bool {
-		return equalStrings(voters(t, nl), []string{"n1", "n2", "n3", "n4"})
+		return slices.Equal(voters(t, nl), []string{"n1", "n2", "n3", "n4"})
 	})
 	gaWait(t, 10*time.Second, "n4 has the state", func() bool {
 		_, e := s4.State().KVGet(nil, "after")
@@ -264,7 +253,7 @@ func TestClusterBootstrapExpectAndFailover(t *testing.T) {
 		want = append(want, s.NodeName())
 	}
 	sort.Strings(want)
-	if got := voters(t, nl); !equalStrings(got, want) {
+	if got := voters(t, nl); !slices.Equal(got, want) {
 		t.Fatalf("voters after the removal %v, want %v", got, want)
 	}
 	if err := nl.RemovePeer("nobody", ""); !errors.Is(err, ErrNoSuchPeer) {
@@ -295,7 +284,7 @@ func TestClusterJoinedServerIsAdded(t *testing.T) {
 		t.Fatal(err)
 	}
 	advanceUntil(t, c.clk, 100*time.Millisecond, "n2 added as a voter", func() bool {
-		return equalStrings(voters(t, s1), []string{"n1", "n2"})
+		return slices.Equal(voters(t, s1), []string{"n1", "n2"})
 	})
 	gaWait(t, 10*time.Second, "n2 has the state", func() bool {
 		_, e := s2.State().KVGet(nil, "k")
@@ -308,7 +297,7 @@ func TestClusterJoinedServerIsAdded(t *testing.T) {
 		t.Fatal(err)
 	}
 	advanceUntil(t, c.clk, 100*time.Millisecond, "n2 removed after leaving", func() bool {
-		return equalStrings(voters(t, s1), []string{"n1"})
+		return slices.Equal(voters(t, s1), []string{"n1"})
 	})
 
 	// Its data directory knows a configuration without it. Started on
@@ -327,7 +316,7 @@ func TestClusterJoinedServerIsAdded(t *testing.T) {
 		t.Fatalf("a server that left, started again to join: %v", err)
 	}
 	advanceUntil(t, c.clk, 100*time.Millisecond, "n2 added again as a voter", func() bool {
-		return equalStrings(voters(t, s1), []string{"n1", "n2"})
+		return slices.Equal(voters(t, s1), []string{"n1", "n2"})
 	})
 	gaWait(t, 10*time.Second, "n2 has what was written while it was out", func() bool {
 		_, e := s2.State().KVGet(nil, "k2")
@@ -500,7 +489,7 @@ func TestClusterRecoverPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.leader(r1)
-	if got := voters(t, r1); !equalStrings(got, []string{"n1"}) {
+	if got := voters(t, r1); !slices.Equal(got, []string{"n1"}) {
 		t.Fatalf("voters after the recovery %v", got)
 	}
 	for i := 0; i < 20; i++ {
