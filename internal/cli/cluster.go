@@ -74,8 +74,7 @@ func (l *leaderRouter) servesLocally(r *http.Request) bool {
 	if l.srv.IsLeader() {
 		return true // the common case, and the single server's: two atomic loads
 	}
-	id, _ := l.srv.LeaderID()
-	if id == "" || id == l.srv.NodeName() {
+	if _, other := otherLeader(l.srv); !other {
 		// Leading (or about to), or no leader known: the local handlers
 		// answer, "No cluster leader" where a leader is needed.
 		return true
@@ -109,8 +108,8 @@ func (l *leaderRouter) servesLocally(r *http.Request) bool {
 // and whether the pool holds it alive; "" while no leader is known, while
 // this server leads, or when the leader gives no HTTP address.
 func leaderHTTP(srv *server.Server) (string, bool) {
-	id, _ := srv.LeaderID()
-	if id == "" || id == srv.NodeName() || srv.Gossip() == nil {
+	id, other := otherLeader(srv)
+	if !other || srv.Gossip() == nil {
 		return "", false
 	}
 	m, ok := srv.Gossip().Member(id)
@@ -153,11 +152,15 @@ func (c *leaderCatalog) Deregister(ctx context.Context, req *state.DeregisterReq
 // leads is true while this server leads, or while no other leader is
 // known (the server then answers "No cluster leader" itself).
 func (c *leaderCatalog) leads() bool {
-	if c.srv.IsLeader() {
-		return true
-	}
-	id, _ := c.srv.LeaderID()
-	return id == "" || id == c.srv.NodeName()
+	_, other := otherLeader(c.srv)
+	return c.srv.IsLeader() || !other
+}
+
+// otherLeader is the leader's node name, and true, when another server
+// leads; false while this one does, or no leader is known.
+func otherLeader(srv *server.Server) (string, bool) {
+	id, _ := srv.LeaderID()
+	return id, id != "" && id != srv.NodeName()
 }
 
 // waitForClusterLeader blocks until a leader is known and this server's
@@ -170,7 +173,7 @@ func waitForClusterLeader(ctx context.Context, srv *server.Server) error {
 		if srv.IsLeader() {
 			return nil
 		}
-		if id, _ := srv.LeaderID(); id != "" && id != srv.NodeName() && srv.Replayed() {
+		if _, other := otherLeader(srv); other && srv.Replayed() {
 			if a, _ := leaderHTTP(srv); a != "" {
 				return nil
 			}
