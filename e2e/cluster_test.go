@@ -1084,25 +1084,18 @@ func TestClusterLinearizableAcrossLeaderKills(t *testing.T) {
 
 	// Client c goes through servers[c%3], with a session made through it
 	// (so bound to its node), with no TTL, no checks and no lock-delay.
-	began := time.Now()
-	now := func() int64 { return time.Since(began).Nanoseconds() }
-	stop := make(chan struct{})
-	var stopOnce sync.Once
-	stopClients := func() { stopOnce.Do(func() { close(stop) }) }
 	workers := make([]*linClient, clients)
 	for c := range workers {
 		base := "http://" + servers[c%len(servers)].httpAddr
 		workers[c] = &linClient{
 			id: c, hc: hc, base: base, keys: keys, session: createLinSession(t, hc, base, fmt.Sprintf("lin-c%d", c)),
-			rnd: rand.New(rand.NewPCG(seed, uint64(c)+1)), now: now, stop: stop,
+			rnd: rand.New(rand.NewPCG(seed, uint64(c)+1)),
 		}
 	}
-	var wg sync.WaitGroup
-	defer func() { stopClients(); wg.Wait() }()
-	for _, w := range workers {
-		wg.Add(1)
-		go func(w *linClient) { defer wg.Done(); w.run() }(w)
-	}
+	run := newLinRun()
+	defer run.halt()
+	run.start(workers)
+	now := run.now
 
 	// The kills: of the leader of the moment, with operations in flight.
 	// The killed server stays down until the survivors have a leader that
@@ -1127,9 +1120,7 @@ func TestClusterLinearizableAcrossLeaderKills(t *testing.T) {
 		readyAt = append(readyAt, now())
 	}
 	sleepOrStop(time.Duration(1200+rnd.IntN(500))*time.Millisecond, nil)
-	stopClients()
-	wg.Wait()
-	end := now() + 1
+	end := run.halt()
 
 	history, st := linHistory(t, workers, end)
 	t.Logf("%d operations recorded in %v (leaders killed: %s; down %v): %s (%d answers, reads included, were a follower's forward refused by a killed leader, taken as \"No cluster leader\")",

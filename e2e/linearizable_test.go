@@ -92,26 +92,19 @@ func TestLinearizableAcrossCrashes(t *testing.T) {
 		sessions[c] = createLinSession(t, hc, base, fmt.Sprintf("lin-c%d", c))
 	}
 
-	began := time.Now()
-	now := func() int64 { return time.Since(began).Nanoseconds() }
-	stop := make(chan struct{})
-	var stopOnce sync.Once
-	stopClients := func() { stopOnce.Do(func() { close(stop) }) }
-	var wg sync.WaitGroup
+	run := newLinRun()
 	workers := make([]*linClient, clients)
 	for c := range workers {
 		workers[c] = &linClient{
 			id: c, hc: hc, base: base, keys: keys, session: sessions[c],
-			rnd: rand.New(rand.NewPCG(seed, uint64(c)+1)), now: now, stop: stop,
+			rnd: rand.New(rand.NewPCG(seed, uint64(c)+1)),
 		}
 	}
 	// Stop the clients however the test ends (a t.Fatal while restarting
 	// included), before the agents are killed by their cleanups.
-	defer func() { stopClients(); wg.Wait() }()
-	for _, w := range workers {
-		wg.Add(1)
-		go func(w *linClient) { defer wg.Done(); w.run() }(w)
-	}
+	defer run.halt()
+	run.start(workers)
+	now := run.now
 
 	// The kills: at a random moment, with operations in flight; down for
 	// a random while; restarted on the same directory and ports.
@@ -125,9 +118,7 @@ func TestLinearizableAcrossCrashes(t *testing.T) {
 		readyAt = append(readyAt, now())
 	}
 	sleepOrStop(time.Duration(1200+rnd.IntN(500))*time.Millisecond, nil)
-	stopClients()
-	wg.Wait()
-	end := now() + 1
+	end := run.halt()
 
 	history, st := linHistory(t, workers, end)
 	t.Logf("%d operations recorded in %v (%d kills, down %v): %s",
@@ -153,6 +144,37 @@ func TestLinearizableAcrossCrashes(t *testing.T) {
 	}
 
 	checkLinearizable(t, history)
+}
+
+// linRun runs linClients, on one clock for the history, until halted.
+type linRun struct {
+	began time.Time
+	stop  chan struct{}
+	once  sync.Once
+	wg    sync.WaitGroup
+}
+
+func newLinRun() *linRun { return &linRun{began: time.Now(), stop: make(chan struct{})} }
+
+// now is the history's clock: nanoseconds since the run began.
+func (r *linRun) now() int64 { return time.Since(r.began).Nanoseconds() }
+
+// start gives the workers the run's clock and stop, and runs each on a
+// goroutine of its own.
+func (r *linRun) start(workers []*linClient) {
+	for _, w := range workers {
+		w.now, w.stop = r.now, r.stop
+		r.wg.Add(1)
+		go func(w *linClient) { defer r.wg.Done(); w.run() }(w)
+	}
+}
+
+// halt stops the workers and waits for them; it returns the history's
+// end (a time after every operation's return). Safe to call twice.
+func (r *linRun) halt() int64 {
+	r.once.Do(func() { close(r.stop) })
+	r.wg.Wait()
+	return r.now() + 1
 }
 
 // linHistory gathers the workers' operations into one history, an
