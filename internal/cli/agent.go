@@ -146,6 +146,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		SessionTTLMultiplier: *multiplier, SessionTTLMin: *ttlMin,
 		Gossip:    gopts.config(logger, nil),
 		Bootstrap: mode, BootstrapExpect: *expect,
+		PeerInCluster: peerInCluster, PeerProgress: peerProgress,
 		OnSelfRegistered: func() {
 			ag := agentRef.Load()
 			if ag == nil {

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/internal/agent"
 	"github.com/holdfast/holdfast/internal/gossip"
 	"github.com/holdfast/holdfast/internal/server"
@@ -262,4 +264,53 @@ func serveRemovePeer(srv *server.Server, w http.ResponseWriter, r *http.Request)
 	default:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	}
+}
+
+// peerClient is an API client for server m's HTTP address (its http tag).
+func peerClient(m gossip.Member) (*api.Client, error) {
+	if m.Tags["http"] == "" {
+		return nil, errors.New("it gives no HTTP address")
+	}
+	return api.NewClient(&api.Config{Address: m.TagAddr("http"), HTTPClient: http.DefaultClient})
+}
+
+// peerTimeout bounds each question one server asks another.
+const peerTimeout = 5 * time.Second
+
+// peerInCluster is server.Config.PeerInCluster over HTTP: server m is in a
+// cluster if its /v1/status/peers lists any voter.
+func peerInCluster(ctx context.Context, m gossip.Member) (bool, error) {
+	cl, err := peerClient(m)
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, peerTimeout)
+	defer cancel()
+	peers, err := cl.Status().Peers(ctx)
+	return len(peers) > 0, err
+}
+
+// peerProgress is server.Config.PeerProgress over HTTP: server m's raft
+// term and last log index, from its /v1/agent/self (raft's own stats).
+func peerProgress(ctx context.Context, m gossip.Member) (term, last uint64, err error) {
+	cl, err := peerClient(m)
+	if err != nil {
+		return 0, 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, peerTimeout)
+	defer cancel()
+	self, err := cl.Agent().Self(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	stats, _ := self["Stats"]["raft"].(map[string]any)
+	term, err = strconv.ParseUint(fmt.Sprint(stats["term"]), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("its raft term %v: %v", stats["term"], err)
+	}
+	last, err = strconv.ParseUint(fmt.Sprint(stats["last_log_index"]), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("its last log index %v: %v", stats["last_log_index"], err)
+	}
+	return term, last, nil
 }

@@ -2,12 +2,9 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -285,30 +282,13 @@ func (s *Server) promoteCaughtUp(ctx context.Context) {
 	}
 }
 
-// peerProgress asks server m for its raft term and last log index:
-// Config.PeerProgress if set, else GET /v1/agent/self on its http tag
-// (Stats.raft.term and last_log_index, raft's own stats).
+// peerProgress asks server m for its raft term and last log index through
+// Config.PeerProgress; with none set it cannot.
 func (s *Server) peerProgress(ctx context.Context, m gossip.Member) (term, last uint64, err error) {
-	if s.cfg.PeerProgress != nil {
-		return s.cfg.PeerProgress(ctx, m)
+	if s.cfg.PeerProgress == nil {
+		return 0, 0, errors.New("no Config.PeerProgress to ask it with")
 	}
-	var self struct {
-		Stats struct {
-			Raft map[string]string `json:"raft"`
-		}
-	}
-	if err := s.getPeerJSON(ctx, m, "/v1/agent/self", &self); err != nil {
-		return 0, 0, err
-	}
-	term, err = strconv.ParseUint(self.Stats.Raft["term"], 10, 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("its raft term %q: %v", self.Stats.Raft["term"], err)
-	}
-	last, err = strconv.ParseUint(self.Stats.Raft["last_log_index"], 10, 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("its last log index %q: %v", self.Stats.Raft["last_log_index"], err)
-	}
-	return term, last, nil
+	return s.cfg.PeerProgress(ctx, m)
 }
 
 // bootstrapLoop runs, for a server expecting Config.BootstrapExpect
@@ -408,44 +388,13 @@ func (s *Server) hasConfiguration() bool {
 	return f.Error() == nil && len(f.Configuration().Servers) > 0
 }
 
-// peerInCluster asks server m whether it has a raft configuration:
-// Config.PeerInCluster if set, else GET /v1/status/peers on its http tag.
+// peerInCluster asks server m whether it has a raft configuration,
+// through Config.PeerInCluster; with none set it cannot.
 func (s *Server) peerInCluster(ctx context.Context, m gossip.Member) (bool, error) {
-	if s.cfg.PeerInCluster != nil {
-		return s.cfg.PeerInCluster(ctx, m)
+	if s.cfg.PeerInCluster == nil {
+		return false, errors.New("no Config.PeerInCluster to ask it with")
 	}
-	var peers []string
-	if err := s.getPeerJSON(ctx, m, "/v1/status/peers", &peers); err != nil {
-		return false, err
-	}
-	return len(peers) > 0, nil
-}
-
-// getPeerJSON GETs path from server m's HTTP API (its http tag) and
-// decodes the JSON answer into out, within 5 s.
-func (s *Server) getPeerJSON(ctx context.Context, m gossip.Member, path string, out any) error {
-	addr := m.Tags["http"]
-	if addr == "" {
-		return errors.New("it gives no HTTP address")
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.TagAddr("http")+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s answered %s", path, resp.Status)
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out); err != nil {
-		return fmt.Errorf("GET %s: %v", path, err)
-	}
-	return nil
+	return s.cfg.PeerInCluster(ctx, m)
 }
 
 // TransferLeadership, while this server leads a cluster of more than one

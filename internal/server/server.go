@@ -90,12 +90,14 @@ type Config struct {
 	// BootstrapExpect is the number of servers a BootstrapExpect server
 	// waits for, at least 2.
 	BootstrapExpect int
-	// PeerInCluster, if set, replaces asking a server over HTTP whether
-	// it is in a cluster already (tests without HTTP set it).
+	// PeerInCluster asks a server of the pool whether it is in a cluster
+	// already (a server expecting others bootstraps only if none is), and
+	// PeerProgress asks one for its raft term and last log index (the
+	// leader promotes a non-voter once it has caught up). The agent asks
+	// over HTTP; tests ask the servers themselves. Without them a server
+	// never bootstraps with others, and non-voters are never promoted.
 	PeerInCluster func(context.Context, gossip.Member) (bool, error)
-	// PeerProgress, if set, replaces asking a server over HTTP for its
-	// raft term and last log index (promoting a non-voter).
-	PeerProgress func(context.Context, gossip.Member) (term, lastIndex uint64, err error)
+	PeerProgress  func(context.Context, gossip.Member) (term, lastIndex uint64, err error)
 
 	// OnSelfRegistered, if set, is called, on a goroutine of its own,
 	// each time the leader had to put this server's node back in the
