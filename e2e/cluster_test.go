@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptrace"
-	"os"
 	"os/exec"
 	"sort"
 	"strconv"
@@ -1061,17 +1060,8 @@ func (r *refusedForwards) CloseIdleConnections() {
 // included, leaves its outcome unknown.
 func TestClusterLinearizableAcrossLeaderKills(t *testing.T) {
 	t.Parallel()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("HOLDFAST_LIN_SEED"); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("HOLDFAST_LIN_SEED=%q: %v", s, err)
-		}
-		seed = n
-	}
+	seed, rnd := linSeed(t)
 	servers, _ := startCluster(t, 3)
-	t.Logf("seed %d (HOLDFAST_LIN_SEED=%d to rerun with the same choices)", seed, seed)
-	rnd := rand.New(rand.NewPCG(seed, 0))
 	const (
 		clients   = 9
 		kills     = 2

@@ -46,16 +46,7 @@ func TestLinearizableAcrossCrashes(t *testing.T) {
 		t.Skip("e2e tests do not run under -short")
 	}
 	t.Parallel()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("HOLDFAST_LIN_SEED"); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("HOLDFAST_LIN_SEED=%q: %v", s, err)
-		}
-		seed = n
-	}
-	t.Logf("seed %d (HOLDFAST_LIN_SEED=%d to rerun with the same choices)", seed, seed)
-	rnd := rand.New(rand.NewPCG(seed, 0))
+	seed, rnd := linSeed(t)
 
 	const (
 		clients   = 8
@@ -144,6 +135,22 @@ func TestLinearizableAcrossCrashes(t *testing.T) {
 	}
 
 	checkLinearizable(t, history)
+}
+
+// linSeed is the run's seed, HOLDFAST_LIN_SEED's if set (it is logged, to
+// rerun a run's choices), and the random source of the test's own choices.
+func linSeed(t *testing.T) (uint64, *rand.Rand) {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("HOLDFAST_LIN_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("HOLDFAST_LIN_SEED=%q: %v", s, err)
+		}
+		seed = n
+	}
+	t.Logf("seed %d (HOLDFAST_LIN_SEED=%d to rerun with the same choices)", seed, seed)
+	return seed, rand.New(rand.NewPCG(seed, 0))
 }
 
 // linRun runs linClients, on one clock for the history, until halted.
