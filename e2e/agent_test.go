@@ -345,6 +345,22 @@ func tail(s string, n int) string {
 
 // eventually polls cond every 20ms until it is true, failing the test after
 // timeout.
+// waitStdout waits until the agent's stdout holds every one of want. The
+// banner is read a line at a time, so when tryLaunch returns on its http
+// line the lines after it may not have been read yet.
+func (a *agent) waitStdout(want ...string) {
+	a.t.Helper()
+	eventually(a.t, startTimeout, fmt.Sprintf("agent %s prints %q", a.node, want), func() bool {
+		out := a.stdout.String()
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)

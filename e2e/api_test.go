@@ -459,13 +459,8 @@ func testBlockingQueries(t *testing.T, a *agent) {
 func TestDevAgent(t *testing.T) {
 	t.Parallel()
 	a := startAgent(t, agentOpts{dev: true, node: "devnode"})
-	out := a.stdout.String()
-	for _, want := range []string{"holdfast agent running", "node:    devnode", "http:    http://" + a.httpAddr,
-		"raft:    " + a.raftAddr, "in memory"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("stdout lacks %q:\n%s", want, out)
-		}
-	}
+	a.waitStdout("holdfast agent running", "node:    devnode", "http:    http://"+a.httpAddr,
+		"raft:    "+a.raftAddr, "in memory")
 	c := a.client()
 	leader, err := c.Status().Leader()
 	if err != nil || leader != a.raftAddr {

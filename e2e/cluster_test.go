@@ -799,9 +799,7 @@ func TestClusterJoinAddsServer(t *testing.T) {
 	s2.flags = func() []string { return []string{"-join", s1.serfAddr} }
 	joinAt := time.Now()
 	s2.launch(t, true)
-	if want := "cluster: a new data directory waits to be added by the leader of the pool it joins"; !strings.Contains(s2.a.stdout.String(), want) {
-		t.Errorf("joining server's banner lacks %q:\n%s", want, s2.a.stdout.String())
-	}
+	s2.a.waitStdout("cluster: a new data directory waits to be added by the leader of the pool it joins")
 	both := []*clusterServer{s1, s2}
 	// Added without a vote first, then promoted once it has caught up.
 	eventually(t, startTimeout, "list-peers shows j2 added as a voter", func() bool {
