@@ -252,6 +252,7 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	// in the leader's catalog as a client agent does (the leader puts
 	// its own back through OnSelfRegistered).
 	go router.fwd.keepRegistered(ctx, ag, clock.Real())
+	go router.fwd.watchTargets(ctx, clock.Real())
 
 	var runErr error
 	select {

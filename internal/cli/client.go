@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -341,6 +340,7 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 	nameTaken := make(chan error, 1)
 	startJoin(jctx, pool, o.gossip.joins, o.logger, nameTaken)
 	go c.guardName(jctx, pool, clock.Real(), nameTaken)
+	go c.watchTargets(jctx, clock.Real())
 	settled := make(chan struct{})
 	go func() {
 		defer close(settled)
@@ -588,270 +588,42 @@ type clientAgent struct {
 	// who names this agent in a failed forward's answer.
 	who string
 
+	// movedFrom, if set, says whether a server forwards wait on has
+	// stopped being the one to ask (a follower's leader no longer leads);
+	// nil means the pool's test: it holds the server failed, or gone,
+	// while another is alive. movedWords says that in an answer.
+	movedFrom  func(target string) bool
+	movedWords string
+	watch      targetWatch
+
 	mu   sync.Mutex
 	last string // the server's HTTP address used last
 	skip string // a server whose last forward failed
 }
 
-type targetKey struct{}
-
 func newClientAgent(node, dc, httpAddr string, pool poolView, logger hclog.Logger) *clientAgent {
-	c := &clientAgent{node: node, dc: dc, httpAddr: httpAddr, pool: pool, log: logger.Named("client"), forwardBound: forwardBound}
+	c := &clientAgent{node: node, dc: dc, httpAddr: httpAddr, pool: pool, log: logger.Named("client"),
+		forwardBound: forwardBound, movedWords: "was declared failed by the gossip pool"}
 	c.proxy = &httputil.ReverseProxy{
 		Transport: forwardTransport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(pr.In.Context().Value(targetKey{}).(*url.URL))
+			pr.SetURL(pr.In.Context().Value(forwardKey{}).(*forwarding).target)
 		},
 		ErrorHandler: c.forwardFailed,
 		// The answer's header is in: the forward's bound has done its
-		// work (a server that never answers), and the body streams as
-		// fast as the caller reads it (the HTTP server's stall bound
-		// cuts a caller that stops).
+		// work (a server that never answers), so has the watch on its
+		// server (it answered), and the body streams as fast as the
+		// caller reads it (the HTTP server's stall bound cuts a caller
+		// that stops).
 		ModifyResponse: func(resp *http.Response) error {
-			if t, ok := resp.Request.Context().Value(headerTimerKey{}).(*time.Timer); ok {
-				t.Stop()
-			}
+			f := resp.Request.Context().Value(forwardKey{}).(*forwarding)
+			f.headerDue.Stop()
+			f.unwatch()
 			c.noteNoLeader(resp)
 			return nil
 		},
 	}
 	return c
-}
-
-// forwardTransport carries every agent's forwards (a client agent's to a
-// server, a follower's to its leader). net/http's default keeps two idle
-// connections per server: with more callers than that, each forward beyond
-// two dialled a new connection and closed it after one request. Runs of 32
-// clients through a follower left 14,282 sockets in TIME-WAIT, and the
-// pool took the follower from 6,162 to 9,893 PUT/s and from 9,576 to
-// 17,689 ?consistent GET/s (bench/README.md, "A cluster of three"). It also ignores
-// HTTP_PROXY and its kin (a forward goes to a server of the pool, never
-// through a proxy) and passes bodies through as they come, compressed or
-// not.
-var forwardTransport = &http.Transport{
-	DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-	MaxIdleConns:          1024,
-	MaxIdleConnsPerHost:   512,
-	IdleConnTimeout:       90 * time.Second,
-	ExpectContinueTimeout: time.Second,
-	DisableCompression:    true,
-}
-
-// noteNoLeader, for a client agent, sets a server that answered "No
-// cluster leader" aside, so that the next request goes to another one:
-// a server of a cluster that lost its majority, or not yet added to one,
-// would otherwise get every request for as long as it lived (the cluster
-// audit: 20 of 20 requests failed for 30 s through a client agent whose
-// server had been taken out of its cluster). The answer itself goes back
-// to the caller, who retries.
-func (c *clientAgent) noteNoLeader(resp *http.Response) {
-	if c.pick != nil || resp.StatusCode != http.StatusInternalServerError || resp.ContentLength < 0 || resp.ContentLength > 256 {
-		return
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	resp.Body = io.NopCloser(bytes.NewReader(b))
-	if err != nil || strings.TrimSpace(string(b)) != "No cluster leader" {
-		return
-	}
-	c.mu.Lock()
-	c.skip = resp.Request.URL.Host
-	c.mu.Unlock()
-}
-
-// headerTimerKey carries, in a forward's context, the timer that cancels
-// it if the server's answer has no header by the forward's bound.
-type headerTimerKey struct{}
-
-func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case "/v1/agent/members":
-		serveMembers(c.pool, w, r)
-		return
-	case "/v1/agent/self":
-		c.serveSelf(w, r)
-		return
-	case "/v1/agent/metrics":
-		agentTelemetry().serveMetrics(w, r)
-		return
-	case "/v1/agent/leave":
-		if c.leave == nil {
-			http.Error(w, "This agent cannot be made to leave over HTTP", http.StatusNotImplemented)
-			return
-		}
-		c.leave.serveHTTP(w, r)
-		return
-	case "/v1/session/create":
-		if r.Method == http.MethodPut || r.Method == http.MethodPost {
-			if err := c.defaultSessionNode(r); err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-		}
-	}
-	if localAgentPath(r.URL.Path) {
-		// Forwarded, these would act on the server's node, not this one.
-		if c.local == nil {
-			http.Error(w, "This client agent runs no checks or services", http.StatusNotImplemented)
-			return
-		}
-		c.local.ServeHTTP(w, r)
-		return
-	}
-	srv, live := c.pickServer()
-	if srv == "" {
-		// Consul's words, and a 500 so that clients retry.
-		msg := "No known Consul servers"
-		if c.noServer != "" {
-			msg = c.noServer
-		}
-		http.Error(w, msg, http.StatusInternalServerError)
-		return
-	}
-	target := &url.URL{Scheme: "http", Host: srv}
-	// A server that takes the connection and never answers (stopped, or
-	// wedged) must not hold the caller for ever: the forward is bounded
-	// by what the request may legitimately take, and, to a server the pool
-	// holds failed (tried in case it restarted), by failedServerTimeout.
-	bound := c.forwardBound(r)
-	if !live && bound > failedServerTimeout {
-		bound = failedServerTimeout
-	}
-	caller := r.Context()
-	ctx, cancel := context.WithCancel(context.WithValue(caller, targetKey{}, target))
-	defer cancel()
-	// The bound is on the answer's header, not its body: a large listing
-	// read by a slow caller was cut at forwardTimeout, whole or not (the
-	// stall bound's audit: a 34 MB ?recurse read at 400 KiB/s).
-	headerDue := time.AfterFunc(bound, cancel)
-	defer headerDue.Stop()
-	ctx = context.WithValue(ctx, headerTimerKey{}, headerDue)
-	if c.stopping != nil && r.Method == http.MethodGet && r.URL.Query().Get("index") != "" {
-		defer context.AfterFunc(c.stopping, cancel)()
-	}
-	c.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, callerKey{}, caller)))
-}
-
-type callerKey struct{}
-
-// Bounds of a forwarded request, from its start to the server's answer's
-// header (the body then streams as fast as the caller reads it): a plain
-// one gets forwardTimeout; a blocking read its wait (the server's default and maximum, those of
-// httpapi), the server's jitter (up to a sixteenth of it) and
-// forwardTimeout on top.
-//
-// A snapshot's archive streams through in either direction as fast as the
-// caller sends or reads it: 250 MB took 13 s here, and a slow link or a
-// larger state would be cut at forwardTimeout (a save cut short, a restore
-// answered 500 and then completed). It gets snapshotForwardTimeout.
-const (
-	snapshotForwardTimeout = 30 * time.Minute
-	forwardTimeout         = 30 * time.Second
-	failedServerTimeout    = 5 * time.Second
-)
-
-// forwardBound is how long a forward of r may take.
-func forwardBound(r *http.Request) time.Duration {
-	if r.URL.Path == "/v1/snapshot" {
-		return snapshotForwardTimeout
-	}
-	q := r.URL.Query()
-	if q.Get("index") == "" {
-		return forwardTimeout
-	}
-	wait := httpapi.DefaultWait
-	if d, err := time.ParseDuration(q.Get("wait")); err == nil && d > 0 {
-		wait = d
-	}
-	if wait > httpapi.DefaultMaxWait {
-		wait = httpapi.DefaultMaxWait
-	}
-	return wait + wait/16 + forwardTimeout
-}
-
-// localAgentPath reports whether path is one of the agent endpoints that
-// act on the agent's own node (checks and services).
-func localAgentPath(path string) bool {
-	switch path {
-	case "/v1/agent/checks", "/v1/agent/services":
-		return true
-	}
-	return strings.HasPrefix(path, "/v1/agent/check/") || strings.HasPrefix(path, "/v1/agent/service/")
-}
-
-// server picks the HTTP address of a live server: the one used last while
-// it is alive and has not failed a forward, else the first other one by
-// name. With no live server it tries the failed ones (a restarted server
-// answers HTTP before the pool has seen it again). "" if the pool knows no
-// server at all.
-func (c *clientAgent) server() string {
-	srv, _ := c.pickServer()
-	return srv
-}
-
-// pickServer is server, and also says whether the pool holds the server
-// alive (false: a failed one, tried for want of any other).
-func (c *clientAgent) pickServer() (string, bool) {
-	if c.pick != nil {
-		return c.pick()
-	}
-	var alive, failed []string
-	for _, m := range c.pool.Members() {
-		if memberType(m.Tags) != "server" || m.Tags["http"] == "" {
-			continue
-		}
-		if dc := m.Tags["dc"]; dc != "" && c.dc != "" && dc != c.dc {
-			continue // a server of another datacenter serves another catalog
-		}
-		switch m.Status {
-		case gossip.StatusAlive:
-			alive = append(alive, m.TagAddr("http"))
-		case gossip.StatusFailed:
-			failed = append(failed, m.TagAddr("http"))
-		}
-	}
-	cands, live := alive, true
-	if len(cands) == 0 {
-		cands, live = failed, false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(cands) == 0 {
-		return "", false
-	}
-	for _, a := range cands {
-		if a == c.last && a != c.skip {
-			return a, live
-		}
-	}
-	pick := cands[0]
-	for _, a := range cands {
-		if a != c.skip {
-			pick = a
-			break
-		}
-	}
-	c.last, c.skip = pick, ""
-	return pick, live
-}
-
-func (c *clientAgent) forwardFailed(w http.ResponseWriter, r *http.Request, err error) {
-	if caller, _ := r.Context().Value(callerKey{}).(context.Context); caller != nil && caller.Err() != nil {
-		return // the caller went away
-	}
-	target := r.Context().Value(targetKey{}).(*url.URL).Host
-	if errors.Is(r.Context().Err(), context.DeadlineExceeded) {
-		err = errors.New("no answer in time")
-	}
-	c.mu.Lock()
-	c.skip = target
-	c.mu.Unlock()
-	c.log.Warn("forwarding a request to a server failed", "server", target, "path", r.URL.Path, "error", err)
-	who := c.who
-	if who == "" {
-		who = "holdfast client agent"
-	}
-	http.Error(w, fmt.Sprintf("%s: forwarding to the server at %s failed: %v", who, target, err), http.StatusInternalServerError)
 }
 
 // defaultSessionNode adds "Node": this agent's node to a session-create

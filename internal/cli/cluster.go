@@ -59,6 +59,17 @@ func newLeaderRouter(srv *server.Server, local http.Handler, httpAddr string, lo
 	fwd.pick = func() (string, bool) { return leaderHTTP(srv) }
 	fwd.noServer = server.ErrNoLeader.Error()
 	fwd.who = "holdfast server " + srv.NodeName() + " (not the leader)"
+	// A forward waiting on a leader that no longer leads (frozen, or cut
+	// off from this server) is given up once another leader is known, or
+	// this server leads.
+	fwd.movedFrom = func(target string) bool {
+		if srv.IsLeader() {
+			return true
+		}
+		a, _ := leaderHTTP(srv)
+		return a != "" && a != target
+	}
+	fwd.movedWords = "lost the leadership"
 	return &leaderRouter{srv: srv, local: local, fwd: fwd}
 }
 
@@ -67,8 +78,22 @@ func (l *leaderRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.local.ServeHTTP(w, r)
 		return
 	}
-	r.Header.Set(forwardedHeader, l.srv.NodeName())
-	l.fwd.ServeHTTP(w, r)
+	if l.fwd.answerHere(w, r) {
+		return
+	}
+	// A read whose leader lost the leadership before answering is sent
+	// again, here if this server leads now.
+	for attempt := 0; ; attempt++ {
+		r.Header.Set(forwardedHeader, l.srv.NodeName())
+		if !l.fwd.forward(w, r, attempt < forwardRetries) {
+			return
+		}
+		r.Header.Del(forwardedHeader)
+		if l.servesLocally(r) {
+			l.local.ServeHTTP(w, r)
+			return
+		}
+	}
 }
 
 // servesLocally reports whether this server answers r itself.

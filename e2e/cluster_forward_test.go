@@ -1,0 +1,95 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// TestClusterForwardsLeaveAFrozenLeader: requests a follower has forwarded
+// to a leader that then freezes (SIGSTOP: it keeps its connections and
+// answers nothing, as a leader cut off by the network would) are given up
+// once the follower knows another leader, instead of waiting for their
+// bound (30 s, and a blocking query's wait on top) while the leader stays
+// frozen. Reads are sent again to the new leader: a blocking query goes on
+// waiting there and returns the change made through it, a ?consistent read
+// returns the value. A write answers 500 saying it may or may not have
+// been applied (or 200, if it reached the new leader first); never "no
+// answer in time".
+func TestClusterForwardsLeaveAFrozenLeader(t *testing.T) {
+	t.Parallel()
+	servers, x := startCluster(t, 3)
+	x.a.waitReady()
+	f := others(servers, x)[0]
+	cf := f.client(t)
+	if _, err := x.client(t).KV().Put(&api.KVPair{Key: "frozen/k", Value: []byte("before")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p, meta, err := cf.KV().Get("frozen/k", nil)
+	if err != nil || p == nil || string(p.Value) != "before" {
+		t.Fatalf("read through the follower: %+v %v", p, err)
+	}
+
+	type result struct {
+		what string
+		val  string
+		err  error
+		took time.Duration
+	}
+	results := make(chan result, 3)
+	get := func(what string, q *api.QueryOptions) {
+		start := time.Now()
+		p, _, err := cf.KV().Get("frozen/k", q.WithContext(ctxTimeout(t, 2*time.Minute)))
+		r := result{what: what, err: err, took: time.Since(start)}
+		if p != nil {
+			r.val = string(p.Value)
+		}
+		results <- r
+	}
+	// A blocking query through the follower, waiting at the leader when it
+	// freezes: the follower forwards it at once, and the election that
+	// follows the freeze takes longer than this wait.
+	go get("blocking read", &api.QueryOptions{WaitIndex: meta.LastIndex, WaitTime: 5 * time.Minute})
+	time.Sleep(300 * time.Millisecond)
+	frozenAt := time.Now()
+	x.a.stop(t)
+	go get("?consistent read", &api.QueryOptions{RequireConsistent: true})
+	go func() {
+		start := time.Now()
+		_, err := cf.KV().Put(&api.KVPair{Key: "frozen/w", Value: []byte("w")}, (&api.WriteOptions{}).WithContext(ctxTimeout(t, 2*time.Minute)))
+		results <- result{what: "write", err: err, took: time.Since(start)}
+	}()
+
+	y := waitLeader(t, others(servers, x), 30*time.Second)
+	t.Logf("%s frozen; %s leads %v later", x.node, y.node, time.Since(frozenAt).Round(time.Millisecond))
+	got := map[string]result{}
+	for len(got) < 2 {
+		r := <-results
+		got[r.what] = r
+	}
+	// The blocking read has not returned: it waits at the new leader.
+	if r, ok := got["blocking read"]; ok {
+		t.Fatalf("the blocking read returned before any change: %+v", r)
+	}
+	if r := got["?consistent read"]; r.err != nil || r.val != "before" {
+		t.Errorf("?consistent read through %s: %q %v after %v", f.node, r.val, r.err, r.took)
+	}
+	if r := got["write"]; r.err != nil && !strings.Contains(r.err.Error(), "lost the leadership before it answered; the request may or may not have been applied") {
+		t.Errorf("write through %s: %v after %v", f.node, r.err, r.took)
+	}
+	if _, err := y.client(t).KV().Put(&api.KVPair{Key: "frozen/k", Value: []byte("after")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := <-results
+	if r.err != nil || r.val != "after" {
+		t.Fatalf("blocking read through %s: %q %v after %v, want the change made through the new leader", f.node, r.val, r.err, r.took)
+	}
+	for _, r := range []result{got["?consistent read"], got["write"], r} {
+		t.Logf("%s through %s: answered %v after it was sent (%v)", r.what, f.node, r.took.Round(time.Millisecond), r.err)
+	}
+	if !strings.Contains(f.a.stderr.String(), "giving up the forwards waiting on a server that stopped being the one to ask") {
+		t.Errorf("%s's log does not say it gave up forwards waiting on the frozen leader", f.node)
+	}
+}

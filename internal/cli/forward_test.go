@@ -1,0 +1,209 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/holdfast/holdfast/clock/clocktest"
+	"github.com/holdfast/holdfast/internal/gossip"
+)
+
+// mute is an upstream server that takes every request and never answers
+// it, as a frozen server or one cut off by the network would: it reports
+// each request's arrival, and then waits for the forward to be given up.
+type mute struct {
+	*httptest.Server
+	arrived chan *http.Request
+}
+
+func newMute(t *testing.T) *mute {
+	m := &mute{arrived: make(chan *http.Request, 8)}
+	m.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// With the body read, the server watches the connection, and the
+		// request's context ends when the forward gives it up.
+		io.Copy(io.Discard, r.Body)
+		m.arrived <- r
+		<-r.Context().Done()
+	}))
+	t.Cleanup(m.Close)
+	return m
+}
+
+// answering is an upstream server that answers "from <name>" and counts
+// its requests.
+func answering(t *testing.T, name string, hits *atomic.Int64) *httptest.Server {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, "from "+name)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func serverMember(name, http string, st gossip.Status) gossip.Member {
+	return gossip.Member{Name: name, Addr: "127.0.0.1", Status: st, Tags: map[string]string{"role": "server", "http": http}}
+}
+
+type fwdAnswer struct {
+	code int
+	body string
+}
+
+// doAsync is do on a goroutine.
+func doAsync(t *testing.T, method, url, body string) <-chan fwdAnswer {
+	ch := make(chan fwdAnswer, 1)
+	go func() {
+		req, err := http.NewRequest(method, url, strings.NewReader(body))
+		if err != nil {
+			ch <- fwdAnswer{body: err.Error()}
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			ch <- fwdAnswer{body: err.Error()}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		ch <- fwdAnswer{resp.StatusCode, strings.TrimSpace(string(b))}
+	}()
+	return ch
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// tick advances clk past one look of watchTargets and waits until the
+// watch has re-armed its timer, so that the look is over.
+func tick(t *testing.T, ctx context.Context, clk *clocktest.Fake) {
+	t.Helper()
+	if err := clk.BlockUntilWaiters(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(targetWatchEvery)
+	if err := clk.BlockUntilWaiters(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A client agent's forward waiting on a server that the pool then declares
+// failed is given up at the watch's next look, not at its 30 s bound: a
+// read is sent again to a live server and answered from there, a write is
+// answered 500, saying it may or may not have been applied (the frozen
+// server may yet apply it), and is not sent again. While the server stays
+// alive, the watch leaves its forwards alone.
+func TestForwardGivesUpOnServerDeclaredFailed(t *testing.T) {
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		body         string
+		hitsB        int64
+	}{
+		{"GET", "/v1/kv/k", 200, "from B", 1},
+		{"GET", "/v1/kv/k?index=7&wait=5m", 200, "from B", 1},
+		{"PUT", "/v1/kv/k", 500, "holdfast client agent: the server at %A% was declared failed by the gossip pool before it answered; the request may or may not have been applied", 0},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			ctx := testCtx(t)
+			a := newMute(t)
+			var hitsB atomic.Int64
+			b := answering(t, "B", &hitsB)
+			pool := &livePool{ms: fakePool{
+				serverMember("a", a.Listener.Addr().String(), gossip.StatusAlive),
+				serverMember("b", b.Listener.Addr().String(), gossip.StatusAlive),
+			}}
+			c := newClientAgent("client1", "dc1", "x", pool, hclog.NewNullLogger())
+			clk := clocktest.NewFake(time.Unix(1e9, 0))
+			go c.watchTargets(ctx, clk)
+			hs := httptest.NewServer(c)
+			defer hs.Close()
+
+			body := ""
+			if tc.method == "PUT" {
+				body = "v"
+			}
+			got := doAsync(t, tc.method, hs.URL+tc.path, body)
+			req := <-a.arrived
+			tick(t, ctx, clk) // a is alive: nothing is given up
+			select {
+			case <-req.Context().Done():
+				t.Fatal("the forward to a live server was given up")
+			case ans := <-got:
+				t.Fatalf("answered while the server had not: %+v", ans)
+			default:
+			}
+
+			pool.set(fakePool{
+				serverMember("a", a.Listener.Addr().String(), gossip.StatusFailed),
+				serverMember("b", b.Listener.Addr().String(), gossip.StatusAlive),
+			})
+			tick(t, ctx, clk)
+			ans := <-got
+			want := strings.ReplaceAll(tc.body, "%A%", a.Listener.Addr().String())
+			if ans.code != tc.code || ans.body != want {
+				t.Fatalf("answer %d %q, want %d %q", ans.code, ans.body, tc.code, want)
+			}
+			if n := hitsB.Load(); n != tc.hitsB {
+				t.Fatalf("the live server got %d requests, want %d", n, tc.hitsB)
+			}
+		})
+	}
+}
+
+// A follower's forward waiting on a leader that lost the leadership is
+// given up once another leader is known: a read is sent to the new
+// leader, a write is answered 500. While no leader is known (an election
+// under way), the forwards wait on.
+func TestForwardGivesUpOnDeposedLeader(t *testing.T) {
+	ctx := testCtx(t)
+	a := newMute(t)
+	var hitsB atomic.Int64
+	b := answering(t, "B", &hitsB)
+	var leader atomic.Value
+	leader.Store(a.Listener.Addr().String())
+	c := newClientAgent("f1", "dc1", "x", fakePool{}, hclog.NewNullLogger())
+	c.pick = func() (string, bool) { return leader.Load().(string), true }
+	c.movedFrom = func(target string) bool { l := leader.Load().(string); return l != "" && l != target }
+	c.movedWords = "lost the leadership"
+	c.who = "holdfast server f1 (not the leader)"
+	clk := clocktest.NewFake(time.Unix(1e9, 0))
+	go c.watchTargets(ctx, clk)
+	hs := httptest.NewServer(c)
+	defer hs.Close()
+
+	read := doAsync(t, "GET", hs.URL+"/v1/kv/k?consistent", "")
+	<-a.arrived
+	write := doAsync(t, "PUT", hs.URL+"/v1/kv/k", "v")
+	<-a.arrived
+	leader.Store("") // an election: no leader known yet
+	tick(t, ctx, clk)
+	select {
+	case ans := <-read:
+		t.Fatalf("the read was given up with no other leader known: %+v", ans)
+	default:
+	}
+	leader.Store(b.Listener.Addr().String())
+	tick(t, ctx, clk)
+	if ans := <-read; ans.code != 200 || ans.body != "from B" {
+		t.Fatalf("read: %+v, want the new leader's answer", ans)
+	}
+	want := "holdfast server f1 (not the leader): the server at " + a.Listener.Addr().String() +
+		" lost the leadership before it answered; the request may or may not have been applied"
+	if ans := <-write; ans.code != 500 || ans.body != want {
+		t.Fatalf("write: %+v, want 500 %q", ans, want)
+	}
+	if n := hitsB.Load(); n != 1 {
+		t.Fatalf("the new leader got %d requests, want the read only", n)
+	}
+}
