@@ -278,7 +278,41 @@ func (s *Server) promoteCaughtUp(ctx context.Context) {
 		s.log.Info("server caught up: promoting it to voter", "server", srv.ID, "its_last_index", last, "leader_last_index", lead)
 		if err := s.configChange(s.raft.AddVoter(srv.ID, srv.Address, 0, addVoterTimeout)); err != nil {
 			s.log.Warn("promoting a server to voter failed; will retry", "server", srv.ID, "error", err)
+			continue
 		}
+		s.removeReplaced(srv.ID)
+	}
+}
+
+// removeReplaced takes out of the raft configuration one voter that the
+// gossip pool holds failed, now that server promoted has become a voter:
+// a dead server replaced by a new one would otherwise stay a voter, and
+// three servers with one replaced would be four voters of which three
+// must answer every write, so a second failure would stop the cluster.
+// (Consul's autopilot, with its default CleanupDeadServers, also removes
+// dead servers when a new one joins.) One for each server promoted, so
+// the number of voters stays as it was. A failed server is not removed
+// otherwise until the pool reaps it or an operator runs remove-peer: it
+// may be restarting.
+func (s *Server) removeReplaced(promoted raft.ServerID) {
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	failed := make(map[string]bool)
+	for _, m := range s.serf.members.Members() {
+		failed[m.Name] = m.Status == gossip.StatusFailed
+	}
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage != raft.Voter || srv.ID == promoted || string(srv.ID) == s.cfg.NodeName || !failed[string(srv.ID)] {
+			continue
+		}
+		s.log.Info("a new voter replaces a failed server: removing the failed server from the raft configuration",
+			"failed", srv.ID, "new", promoted)
+		if err := s.configChange(s.raft.RemoveServer(srv.ID, f.Index(), addVoterTimeout)); err != nil {
+			s.log.Warn("removing a failed server failed; it stays until the pool reaps it or remove-peer", "server", srv.ID, "error", err)
+		}
+		return
 	}
 }
 
