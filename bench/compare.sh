@@ -27,6 +27,8 @@ ZK_SESSIONS=0
 INSTALL=1
 PIN=0
 OFFERED=0
+CLUSTER=1
+FOLLOWER=0
 OUT=""
 HOLDFAST_ARGS=${HOLDFAST_ARGS:-}
 REPORT=""
@@ -49,6 +51,12 @@ usage: bench/compare.sh [options]
   -q RATE   put and get-consistent: offer RATE ops per second in all instead of
             a closed loop, each op timed from when it was due (loadgen -rate);
             compares the latencies of all targets at the same load
+  -C N      run each target as a cluster of N servers (3 or 5) on this machine,
+            replicating every write, with the clients on its leader: holdfast
+            agents with -bootstrap-expect N, an etcd cluster, a ZooKeeper
+            ensemble (default: 1, a lone server)
+  -F        with -C, the clients on a follower instead of the leader (each
+            target's followers pass writes and linearizable reads to it)
   -p        pin: every server to CPU 0 and every load generator to CPU 1
             (taskset), so that the two never compete for a core; without -p
             both float over all CPUs
@@ -59,7 +67,7 @@ variables (NAME=VALUE ...) for every load generator and no server.
 EOF
 }
 
-while getopts "w:t:d:k:r:c:s:e:z:o:R:q:nph" opt; do
+while getopts "w:t:d:k:r:c:s:e:z:o:R:q:C:Fnph" opt; do
 	case $opt in
 	w) WORKLOADS=$OPTARG ;;
 	t) TARGETS=$OPTARG ;;
@@ -74,6 +82,8 @@ while getopts "w:t:d:k:r:c:s:e:z:o:R:q:nph" opt; do
 	n) INSTALL=0 ;;
 	p) PIN=1 ;;
 	q) OFFERED=$OPTARG ;;
+	C) CLUSTER=$OPTARG ;;
+	F) FOLLOWER=1 ;;
 	R) REPORT=$OPTARG ;;
 	h) usage; exit 0 ;;
 	*) usage >&2; exit 2 ;;
@@ -97,6 +107,8 @@ if [[ -n ${GEN_ENV:-} ]]; then
 	ON_GEN=(env "${genenv[@]}" "${ON_GEN[@]}")
 fi
 
+((FOLLOWER == 0 || CLUSTER > 1)) || { echo "compare.sh: -F needs -C 3 or 5" >&2; exit 2; }
+[[ $CLUSTER == 1 || $CLUSTER == 3 || $CLUSTER == 5 ]] || { echo "compare.sh: -C: want 1, 3 or 5 servers, not '$CLUSTER'" >&2; exit 2; }
 [[ $OFFERED =~ ^[0-9]+$ ]] || { echo "compare.sh: -q: want a whole number of ops per second, not '$OFFERED'" >&2; exit 2; }
 
 # Check -w and -c before anything is installed, built or started.
@@ -134,20 +146,25 @@ secs() {
 
 # ---- processes we start, and stopping them
 
-declare -A PID=()
+# PID[t] is the server the load generator samples (in a cluster, the one it
+# talks to), MORE[t] the other servers of a cluster.
+declare -A PID=() MORE=()
+CPORTS=() CPIDS=() HF_DIR=""
 stop() {
-	local t=$1 p=${PID[$1]:-}
-	[[ -n $p ]] || return 0
-	if kill -0 "$p" 2>/dev/null; then
-		kill -TERM "$p" 2>/dev/null || true
+	local t=$1 p
+	# shellcheck disable=SC2206
+	local all=(${PID[$1]:-} ${MORE[$1]:-})
+	((${#all[@]})) || return 0
+	for p in "${all[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${all[@]}"; do
 		for _ in $(seq 1 100); do
 			kill -0 "$p" 2>/dev/null || break
 			sleep 0.1
 		done
 		kill -KILL "$p" 2>/dev/null || true
-	fi
-	wait "$p" 2>/dev/null || true
-	PID[$t]=""
+		wait "$p" 2>/dev/null || true
+	done
+	PID[$t]="" MORE[$t]=""
 }
 cleanup() {
 	local rc=$?
@@ -193,6 +210,7 @@ free_port() {
 install_pkgs() {
 	local need=()
 	if has "$TARGETS" etcd && ! command -v etcd >/dev/null; then need+=(etcd-server); fi
+	if ((CLUSTER > 1)) && ! command -v curl >/dev/null; then need+=(curl); fi
 	if has "$TARGETS" zk; then
 		[[ -f /usr/share/java/zookeeper.jar ]] || need+=(zookeeper)
 		command -v java >/dev/null || need+=(default-jre-headless)
@@ -240,74 +258,167 @@ build() {
 ADDR_holdfast="" ADDR_etcd="" ADDR_zk=""
 GEN=0
 
+# With -C N, each start_<t> starts N servers that form one cluster (logs in
+# $dir/log, $dir/log.2, ...), waits until it serves, and points the load
+# generator at its leader (or with -F a follower), whose pid it samples
+# (pick_server).
+
+# logname DIR I: the log of server I (from 1) of a target.
+logname() {
+	if (($2 > 1)); then echo "$1/log.$2"; else echo "$1/log"; fi
+}
+
+# pick_server T: the load generator's server of T's cluster, whose client
+# ports and pids are CPORTS and CPIDS: the one leads_T says leads, or with
+# -F the first that does not. It becomes ADDR_T and PID[T].
+pick_server() {
+	local t=$1 i j
+	for ((i = 1; i <= CLUSTER; i++)); do
+		if "leads_$t" "$i"; then
+			if ((FOLLOWER)); then
+				i=$((i % CLUSTER + 1))
+			fi
+			eval "ADDR_$t=127.0.0.1:${CPORTS[i - 1]}"
+			PID[$t]=${CPIDS[i - 1]} MORE[$t]=""
+			for ((j = 1; j <= CLUSTER; j++)); do
+				((j == i)) || MORE[$t]="${MORE[$t]} ${CPIDS[j - 1]}"
+			done
+			return 0
+		fi
+	done
+	log "$t: no server says it leads"
+	return 1
+}
+
 start_etcd() {
 	GEN=$((GEN + 1))
-	local dir=$TMP/etcd-$GEN cp pp
-	free_port && cp=$PORT && free_port && pp=$PORT || return 1
+	local dir=$TMP/etcd-$GEN cps=() pps=() pids=() initial="" name i
+	for ((i = 1; i <= CLUSTER; i++)); do
+		free_port && cps+=("$PORT") && free_port && pps+=("$PORT") || return 1
+		name=bench && ((CLUSTER > 1)) && name=e$i
+		initial+="${initial:+,}$name=http://127.0.0.1:${pps[i - 1]}"
+	done
 	mkdir -p "$dir"
-	"${ON_SRV[@]}" etcd --name bench --data-dir "$dir/data" \
-		--listen-client-urls "http://127.0.0.1:$cp" --advertise-client-urls "http://127.0.0.1:$cp" \
-		--listen-peer-urls "http://127.0.0.1:$pp" --initial-advertise-peer-urls "http://127.0.0.1:$pp" \
-		--initial-cluster "bench=http://127.0.0.1:$pp" --initial-cluster-state new \
-		--quota-backend-bytes 8589934592 --logger zap --log-outputs stderr --log-level warn \
-		>"$dir/log" 2>&1 &
-	PID[etcd]=$!
-	ADDR_etcd=127.0.0.1:$cp
+	for ((i = 1; i <= CLUSTER; i++)); do
+		name=bench && ((CLUSTER > 1)) && name=e$i
+		"${ON_SRV[@]}" etcd --name "$name" --data-dir "$dir/data$i" \
+			--listen-client-urls "http://127.0.0.1:${cps[i - 1]}" --advertise-client-urls "http://127.0.0.1:${cps[i - 1]}" \
+			--listen-peer-urls "http://127.0.0.1:${pps[i - 1]}" --initial-advertise-peer-urls "http://127.0.0.1:${pps[i - 1]}" \
+			--initial-cluster "$initial" --initial-cluster-state new \
+			--quota-backend-bytes 8589934592 --logger zap --log-outputs stderr --log-level warn \
+			>"$(logname "$dir" "$i")" 2>&1 &
+		pids+=($!)
+	done
+	PID[etcd]=${pids[0]} MORE[etcd]="${pids[*]:1}"
+	ADDR_etcd=127.0.0.1:${cps[0]}
 	"${ON_GEN[@]}" "$TMP/peers" -target etcd -addr "$ADDR_etcd" -workload ping -duration 60s -quiet >/dev/null
+	CPORTS=("${cps[@]}") CPIDS=("${pids[@]}")
+	((CLUSTER == 1)) || pick_server etcd
+}
+
+# leads_etcd I: member I's status names itself as leader.
+leads_etcd() {
+	local st
+	st=$(curl -s -m 5 -X POST "http://127.0.0.1:${CPORTS[$1 - 1]}/v3/maintenance/status" -d '{}') || return 1
+	[[ $st =~ \"member_id\":\"([0-9]+)\" ]] && [[ $st == *"\"leader\":\"${BASH_REMATCH[1]}\""* ]]
 }
 
 start_zk() {
 	GEN=$((GEN + 1))
-	local dir=$TMP/zk-$GEN p
-	free_port && p=$PORT || return 1
-	mkdir -p "$dir/data"
-	cat >"$dir/zoo.cfg" <<EOF
+	local dir=$TMP/zk-$GEN cps=() servers="" pids=() i q e sd
+	for ((i = 1; i <= CLUSTER; i++)); do
+		free_port && cps+=("$PORT") || return 1
+		if ((CLUSTER > 1)); then
+			free_port && q=$PORT && free_port && e=$PORT || return 1
+			servers+="server.$i=127.0.0.1:$q:$e"$'\n'
+		fi
+	done
+	for ((i = 1; i <= CLUSTER; i++)); do
+		sd=$dir
+		((CLUSTER > 1)) && sd=$dir/$i
+		mkdir -p "$sd/data"
+		((CLUSTER > 1)) && echo "$i" >"$sd/data/myid"
+		cat >"$sd/zoo.cfg" <<ZOOCFG
 tickTime=2000
-dataDir=$dir/data
-clientPort=$p
+initLimit=10
+syncLimit=5
+dataDir=$sd/data
+clientPort=${cps[i - 1]}
 clientPortAddress=127.0.0.1
 maxClientCnxns=0
 maxSessionTimeout=120000
 admin.enableServer=false
 autopurge.purgeInterval=1
-EOF
-	# -Xmx as zkEnv.sh's default; forceSync (fsync per commit) is on by default.
-	"${ON_SRV[@]}" java -Xmx1000m -Dzookeeper.log.dir="$dir" -Djava.io.tmpdir="$dir" \
-		-cp "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar" \
-		org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" >"$dir/log" 2>&1 &
-	PID[zk]=$!
-	ADDR_zk=127.0.0.1:$p
+4lw.commands.whitelist=srvr
+$servers
+ZOOCFG
+		# -Xmx as zkEnv.sh's default; forceSync (fsync per commit) is on by default.
+		"${ON_SRV[@]}" java -Xmx1000m -Dzookeeper.log.dir="$sd" -Djava.io.tmpdir="$sd" \
+			-cp "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar" \
+			org.apache.zookeeper.server.quorum.QuorumPeerMain "$sd/zoo.cfg" >"$(logname "$dir" "$i")" 2>&1 &
+		pids+=($!)
+	done
+	PID[zk]=${pids[0]} MORE[zk]="${pids[*]:1}"
+	ADDR_zk=127.0.0.1:${cps[0]}
 	"${ON_GEN[@]}" "$TMP/peers" -target zk -addr "$ADDR_zk" -workload ping -duration 60s -quiet >/dev/null
+	CPORTS=("${cps[@]}") CPIDS=("${pids[@]}")
+	((CLUSTER == 1)) || pick_server zk
+}
+
+# leads_zk I: server I's srvr command says "Mode: leader".
+leads_zk() {
+	(exec 3<>"/dev/tcp/127.0.0.1/${CPORTS[$1 - 1]}" && printf srvr >&3 && timeout 5 cat <&3) 2>/dev/null | grep -q '^Mode: leader'
 }
 
 start_holdfast() {
 	GEN=$((GEN + 1))
-	local dir=$TMP/holdfast-$GEN p
-	free_port && p=$PORT || return 1
-	mkdir -p "$dir/data"
+	local dir=$TMP/holdfast-$GEN hps=() pids=() more=() joinaddr="" i m c help
 	# The agent's other listeners (raft, gossip) get free ports too, when it has them.
-	local more=() help
 	help=$("$TMP/holdfast" agent -h 2>&1 || true)
-	if [[ $help == *-server-addr* ]]; then
-		free_port || return 1
-		more+=(-server-addr "127.0.0.1:$PORT")
-	fi
-	if [[ $help == *-serf-addr* ]]; then
-		free_port || return 1
-		more+=(-serf-addr "127.0.0.1:$PORT")
-	fi
-	# shellcheck disable=SC2086
-	"${ON_SRV[@]}" "$TMP/holdfast" agent -data-dir "$dir/data" -http-addr "127.0.0.1:$p" "${more[@]}" $HOLDFAST_ARGS >"$dir/log" 2>&1 &
-	PID[holdfast]=$!
-	ADDR_holdfast=127.0.0.1:$p
+	for ((i = 1; i <= CLUSTER; i++)); do
+		free_port && hps+=("$PORT") || return 1
+		m=""
+		if [[ $help == *-server-addr* ]]; then
+			free_port || return 1
+			m+=" -server-addr 127.0.0.1:$PORT"
+		fi
+		if [[ $help == *-serf-addr* ]]; then
+			free_port || return 1
+			m+=" -serf-addr 127.0.0.1:$PORT"
+			[[ -n $joinaddr ]] || joinaddr=127.0.0.1:$PORT
+		fi
+		more+=("$m")
+	done
+	for ((i = 1; i <= CLUSTER; i++)); do
+		mkdir -p "$dir/data$i"
+		c=""
+		((CLUSTER > 1)) && c="-node hf$i -bootstrap-expect $CLUSTER -join $joinaddr"
+		# shellcheck disable=SC2086
+		"${ON_SRV[@]}" "$TMP/holdfast" agent -data-dir "$dir/data$i" -http-addr "127.0.0.1:${hps[i - 1]}" ${more[i - 1]} $c $HOLDFAST_ARGS \
+			>"$(logname "$dir" "$i")" 2>&1 &
+		pids+=($!)
+	done
+	PID[holdfast]=${pids[0]} MORE[holdfast]="${pids[*]:1}"
+	ADDR_holdfast=127.0.0.1:${hps[0]}
 	sleep 0.3
-	if ! kill -0 "${PID[holdfast]}" 2>/dev/null; then
-		wait "${PID[holdfast]}" 2>/dev/null || true
-		PID[holdfast]=""
-		log "holdfast agent exited at once: $(head -c 300 "$dir/log")"
-		return 1
-	fi
+	for ((i = 1; i <= CLUSTER; i++)); do
+		if ! kill -0 "${pids[i - 1]}" 2>/dev/null; then
+			log "holdfast agent $i exited at once: $(head -c 300 "$(logname "$dir" "$i")")"
+			return 1
+		fi
+	done
 	"${ON_GEN[@]}" "$TMP/loadgen" -addr "$ADDR_holdfast" -workload ping -duration 60s -quiet >/dev/null
+	CPORTS=("${hps[@]}") CPIDS=("${pids[@]}") HF_DIR=$dir
+	((CLUSTER == 1)) || pick_server holdfast
+}
+
+# leads_holdfast I: agent I's raft address (its banner's) is the one its
+# /v1/status/leader names.
+leads_holdfast() {
+	local lead raft
+	lead=$(curl -s -m 5 "http://127.0.0.1:${CPORTS[$1 - 1]}/v1/status/leader" | tr -d '"')
+	raft=$(sed -n 's/^  raft: *//p' "$(logname "$HF_DIR" "$1")")
+	[[ -n $lead && $raft == "$lead" ]]
 }
 
 # start T: (re)start target T fresh; on failure drop it from TARGETS.
@@ -375,6 +486,7 @@ header() {
 	if [[ -z $REPORT ]]; then
 		local how=""
 		((PIN)) && how="; servers on CPU 0, load generators on CPU 1"
+		((CLUSTER > 1)) && how="$how; each target a cluster of $CLUSTER servers, the clients on its $( ((FOLLOWER)) && echo follower || echo leader)"
 		[[ $OFFERED != 0 ]] && how="$how; put and get-consistent offered $OFFERED ops/s"
 		[[ -n ${GEN_ENV:-} ]] && how="$how; load generators with $GEN_ENV"
 		echo "holdfast vs peers: median of $RUNS runs, ${DURATION} each (sessions-keepalive: $KA_DURATION)$how"

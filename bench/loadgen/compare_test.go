@@ -111,3 +111,25 @@ result target=zk workload=put clients=1 duration_s=10.00 rate=3 p50_ms=9 p99_ms=
 		t.Errorf("-w put@1: rate row %q, want %q", got, want)
 	}
 }
+
+// TestCompareRefusesBadClusterFlags: compare.sh checks -C and -F before it
+// installs, builds or starts anything, and says what was wrong.
+func TestCompareRefusesBadClusterFlags(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-C", "4"}, "compare.sh: -C: want 1, 3 or 5 servers, not '4'"},
+		{[]string{"-C", "x"}, "compare.sh: -C: want 1, 3 or 5 servers, not 'x'"},
+		{[]string{"-F"}, "compare.sh: -F needs -C 3 or 5"},
+	} {
+		cmd := exec.Command("bash", append([]string{"../compare.sh", "-n"}, tc.args...)...)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || strings.TrimSpace(string(out)) != tc.want {
+			t.Errorf("compare.sh %v: %v\n%s\nwant exit 2 and %q", tc.args, err, out, tc.want)
+		}
+	}
+}
