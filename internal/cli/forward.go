@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/clock"
 	"github.com/holdfast/holdfast/internal/gossip"
 	"github.com/holdfast/holdfast/internal/httpapi"
@@ -66,22 +67,74 @@ type forwarding struct {
 type forwardKey struct{}
 
 // forwardTransport carries every agent's forwards (a client agent's to a
-// server, a follower's to its leader). net/http's default keeps two idle
-// connections per server: with more callers than that, each forward beyond
-// two dialled a new connection and closed it after one request. Runs of 32
-// clients through a follower left 14,282 sockets in TIME-WAIT, and the
-// pool took the follower from 6,162 to 9,893 PUT/s and from 9,576 to
-// 17,689 ?consistent GET/s (bench/README.md, "A cluster of three"). It also ignores
-// HTTP_PROXY and its kin (a forward goes to a server of the pool, never
-// through a proxy) and passes bodies through as they come, compressed or
-// not.
-var forwardTransport = &http.Transport{
+// server, a follower's to its leader): holdfast's own api.Transport, which
+// writes a request in one system call and reads the answer on the
+// forwarding goroutine, and streamTransport for what it does not carry.
+// net/http's Transport flushed a forwarded request's header and then wrote
+// its body (two writes, each waking the server), and passed every
+// exchange through a writing and a reading goroutine of its connection.
+var forwardTransport http.RoundTripper = forwardRoundTripper{
+	small: &api.Transport{MaxIdleConnsPerHost: forwardIdleConns, Fallback: streamTransport},
+}
+
+// forwardIdleConns is how many idle connections to each server the
+// forwards keep. net/http's default keeps two: with more callers than
+// that, each forward beyond two dialled a new connection and closed it
+// after one request. Runs of 32 clients through a follower left 14,282
+// sockets in TIME-WAIT, and the pool took the follower from 6,162 to 9,893
+// PUT/s and from 9,576 to 17,689 ?consistent GET/s (bench/README.md, "A
+// cluster of three").
+const forwardIdleConns = 512
+
+// streamTransport carries the forwards api.Transport does not (bodies over
+// 64 KiB or of unknown length, Expect headers), and snapshots, whose
+// archive streams through in either direction rather than be held in
+// memory. It ignores HTTP_PROXY and its kin (a forward goes to a server of
+// the pool, never through a proxy), and passes bodies through as they
+// come, compressed or not.
+var streamTransport = &http.Transport{
 	DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-	MaxIdleConns:          1024,
-	MaxIdleConnsPerHost:   512,
+	MaxIdleConns:          2 * forwardIdleConns,
+	MaxIdleConnsPerHost:   forwardIdleConns,
 	IdleConnTimeout:       90 * time.Second,
 	ExpectContinueTimeout: time.Second,
 	DisableCompression:    true,
+}
+
+// forwardRoundTripper sends through small the requests whose answers are
+// small (see smallAnswer), and the rest through streamTransport.
+// api.Transport reads an answer in full before it returns: the forward's
+// bound then covers the whole answer, and the answer waits in memory for
+// a slow caller. An answer of unbounded size (a recursive listing, a
+// catalog, a snapshot's archive) streams instead, bounded only until its
+// header, as fast as its caller reads it.
+type forwardRoundTripper struct {
+	small http.RoundTripper
+}
+
+func (f forwardRoundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
+	if smallAnswer(r) {
+		return f.small.RoundTrip(r)
+	}
+	return streamTransport.RoundTrip(r)
+}
+
+// smallAnswer reports whether the answer to r is small: that of a write
+// (true or false, a session's ID, a transaction's results), or of a read
+// of one key (its value is at most 512 KiB).
+func smallAnswer(r *http.Request) bool {
+	switch {
+	case r.URL.Path == "/v1/snapshot":
+		return false
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		return true
+	case !strings.HasPrefix(r.URL.Path, "/v1/kv/"):
+		return false
+	}
+	q := r.URL.Query()
+	_, recurse := q["recurse"]
+	_, keys := q["keys"]
+	return !recurse && !keys
 }
 
 // noteNoLeader, for a client agent, sets a server that answered "No

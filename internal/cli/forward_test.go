@@ -207,3 +207,31 @@ func TestForwardGivesUpOnDeposedLeader(t *testing.T) {
 		t.Fatalf("the new leader got %d requests, want the read only", n)
 	}
 }
+
+// The forwards whose answers are small are read whole by api.Transport;
+// listings, catalogs and snapshots stream.
+func TestSmallAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		method, url string
+		small       bool
+	}{
+		{"PUT", "/v1/kv/a?acquire=x", true},
+		{"DELETE", "/v1/kv/a?recurse", true},
+		{"PUT", "/v1/txn", true},
+		{"PUT", "/v1/session/create", true},
+		{"GET", "/v1/kv/a", true},
+		{"GET", "/v1/kv/a?consistent&index=5", true},
+		{"HEAD", "/v1/kv/a", true},
+		{"GET", "/v1/kv/a?recurse", false},
+		{"GET", "/v1/kv/?keys&separator=/", false},
+		{"GET", "/v1/catalog/nodes", false},
+		{"GET", "/v1/session/list", false},
+		{"GET", "/v1/snapshot", false},
+		{"PUT", "/v1/snapshot", false},
+	} {
+		r := httptest.NewRequest(tc.method, tc.url, nil)
+		if got := smallAnswer(r); got != tc.small {
+			t.Errorf("%s %s: smallAnswer %v, want %v", tc.method, tc.url, got, tc.small)
+		}
+	}
+}
