@@ -242,8 +242,8 @@ func parseLength(s string) int64 {
 // writeRequest writes req to bw, byte for byte as req.Write would, without
 // net/http's general writer for the requests this package sends: GET, PUT,
 // POST or DELETE to a plain host, a few plain headers, and no body or one
-// of known length. Anything else (and any request carrying an httptrace,
-// whose hooks req.Write calls) goes to req.Write. FuzzWriteRequest holds
+// of known length. Anything else (and any request carrying an httptrace
+// with a hook req.Write calls) goes to req.Write. FuzzWriteRequest holds
 // the two together.
 func writeRequest(bw *bufio.Writer, req *http.Request) error {
 	ruri, host, ok := plainRequest(req)
@@ -255,7 +255,18 @@ func writeRequest(bw *bufio.Writer, req *http.Request) error {
 	bw.WriteString(ruri)
 	bw.WriteString(" HTTP/1.1\r\nHost: ")
 	bw.WriteString(host)
-	bw.WriteString("\r\nUser-Agent: Go-http-client/1.1\r\n")
+	bw.WriteString("\r\n")
+	// req.Write's User-Agent: the header's first value if it has the
+	// header (none if that is empty), else Go's.
+	ua := "Go-http-client/1.1"
+	if _, ok := req.Header["User-Agent"]; ok {
+		ua = req.Header.Get("User-Agent")
+	}
+	if ua != "" {
+		bw.WriteString("User-Agent: ")
+		bw.WriteString(ua)
+		bw.WriteString("\r\n")
+	}
 	hasBody := req.Body != nil && req.Body != http.NoBody
 	// Without a body, req.Write declares an empty one for PUT and POST only.
 	if hasBody || req.Method == http.MethodPut || req.Method == http.MethodPost {
@@ -264,10 +275,15 @@ func writeRequest(bw *bufio.Writer, req *http.Request) error {
 		bw.Write(strconv.AppendInt(num[:0], req.ContentLength, 10))
 		bw.WriteString("\r\n")
 	}
-	// The header lines in the order of their names, as req.Write sorts them.
+	// The header lines in the order of their names, as req.Write sorts
+	// them, without the two it writes itself (a forwarded request carries
+	// its caller's, and the Content-Length it was read with).
 	var keys [maxFastRequestHeaders]string
 	n := 0
 	for k := range req.Header {
+		if k == "User-Agent" || k == "Content-Length" {
+			continue
+		}
 		keys[n] = k
 		n++
 	}
@@ -308,7 +324,7 @@ func writeBody(bw *bufio.Writer, req *http.Request) error {
 }
 
 // maxFastRequestHeaders bounds the header names writeRequest takes.
-const maxFastRequestHeaders = 8
+const maxFastRequestHeaders = 12
 
 // plainRequest reports whether writeRequest may write req itself, and if
 // so returns its request-URI and the host it is for.
@@ -319,7 +335,7 @@ func plainRequest(req *http.Request) (ruri, host string, ok bool) {
 		return "", "", false
 	}
 	if req.Close || req.TransferEncoding != nil || req.Trailer != nil || req.URL.Opaque != "" ||
-		len(req.Header) > maxFastRequestHeaders || httptrace.ContextClientTrace(req.Context()) != nil {
+		len(req.Header) > maxFastRequestHeaders || tracesWrite(req) {
 		return "", "", false
 	}
 	if req.Body == nil || req.Body == http.NoBody {
@@ -345,7 +361,7 @@ func plainRequest(req *http.Request) (ruri, host string, ok bool) {
 	}
 	for k, vs := range req.Header {
 		switch k {
-		case "", "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+		case "", "Host", "Transfer-Encoding", "Trailer":
 			return "", "", false
 		}
 		for i := 0; i < len(k); i++ {
@@ -366,6 +382,14 @@ func plainRequest(req *http.Request) (ruri, host string, ok bool) {
 		}
 	}
 	return ruri, host, true
+}
+
+// tracesWrite reports whether req carries an httptrace with a hook that
+// req.Write calls. httputil.ReverseProxy's trace (an agent forwarding a
+// request) has only Got1xxResponse, which is not one.
+func tracesWrite(req *http.Request) bool {
+	tr := httptrace.ContextClientTrace(req.Context())
+	return tr != nil && (tr.WroteHeaderField != nil || tr.WroteHeaders != nil || tr.Wait100Continue != nil || tr.WroteRequest != nil)
 }
 
 // plainValue reports whether req.Write sends header value v unchanged:

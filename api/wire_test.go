@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"reflect"
 	"strings"
@@ -226,6 +227,13 @@ func TestWriteRequestTakes(t *testing.T) {
 		{"PUT", "http://localhost:8500/v1/session/destroy/x", "", nil},
 		{"DELETE", "http://[::1]:8500/v1/kv/a%20b?recurse", "", http.Header{"X-Consul-Token": {"t"}, "Accept": {"a", "b"}}},
 		{"POST", "http://h/v1/txn", `[{"KV":{}}]`, http.Header{"Content-Type": {"application/json"}, "A": {""}}},
+		// As an agent forwards its caller's request: the caller's
+		// User-Agent, and the Content-Length it was read with (req.Write
+		// writes ContentLength's).
+		{"PUT", "http://h/v1/kv/a", "value", http.Header{"User-Agent": {"loadgen/1", "second"}, "Content-Length": {"99"},
+			"Accept-Encoding": {"gzip"}, "X-Forwarded-For": {"127.0.0.1"}, "X-Holdfast-Forwarded-By": {"n2"}}},
+		{"GET", "http://h/v1/kv/a", "", http.Header{"User-Agent": {""}}},
+		{"GET", "http://h/v1/kv/a", "", http.Header{"User-Agent": {}}},
 	} {
 		mk := func() *http.Request {
 			var body io.Reader
@@ -244,6 +252,16 @@ func TestWriteRequestTakes(t *testing.T) {
 		if !checkWriteRequest(t, mk) {
 			t.Errorf("%s %s: left to req.Write", tc.method, tc.url)
 		}
+	}
+	// A trace req.Write does not call (httputil.ReverseProxy's, for 1xx
+	// answers) leaves the request to writeRequest.
+	mk := func() *http.Request {
+		req, _ := http.NewRequest("PUT", "http://h/v1/kv/a", strings.NewReader("v"))
+		return req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			Got1xxResponse: func(int, textproto.MIMEHeader) error { return nil }}))
+	}
+	if !checkWriteRequest(t, mk) {
+		t.Error("a request with a 1xx trace: left to req.Write")
 	}
 	// A body whose length is not the declared one fails as for req.Write.
 	for _, body := range []string{"abc", "abcdefgh"} {
@@ -264,7 +282,6 @@ func TestWriteRequestDeclines(t *testing.T) {
 		"HEAD":        func(r *http.Request) { r.Method = "HEAD" },
 		"PATCH":       func(r *http.Request) { r.Method = "PATCH" },
 		"close":       func(r *http.Request) { r.Close = true },
-		"user agent":  func(r *http.Request) { r.Header.Set("User-Agent", "x") },
 		"host header": func(r *http.Request) { r.Header.Set("Host", "x") },
 		"zone":        func(r *http.Request) { r.Host = "[fe80::1%25eth0]:80" },
 		"newline":     func(r *http.Request) { r.Header.Set("X", "a\nb") },
@@ -272,8 +289,12 @@ func TestWriteRequestDeclines(t *testing.T) {
 		"bad name":    func(r *http.Request) { r.Header["X Y"] = []string{"a"} },
 		"opaque":      func(r *http.Request) { r.URL.Opaque = "//h/x" },
 		"query space": func(r *http.Request) { r.URL.RawQuery = "a b" },
-		"trace": func(r *http.Request) {
-			*r = *r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{}))
+		"trace of the headers": func(r *http.Request) {
+			*r = *r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{WroteHeaders: func() {}}))
+		},
+		"trace of the request": func(r *http.Request) {
+			*r = *r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+				WroteRequest: func(httptrace.WroteRequestInfo) {}}))
 		},
 		"unknown length": func(r *http.Request) {
 			r.Body, r.ContentLength = &plainBody{strings.NewReader("x")}, 0
@@ -296,6 +317,9 @@ func FuzzWriteRequest(f *testing.F) {
 	f.Add(uint8(0), "127.0.0.1:8500", "/v1/kv/a", "index=1", "Content-Type", "application/json", "", false)
 	f.Add(uint8(1), "h", "/v1/kv/a b", "cas=0&flags=1", "X-Consul-Token", "tok", "value", false)
 	f.Add(uint8(3), "[::1]:80", "/v1/txn", "", "A", "", "body", true)
+	f.Add(uint8(1), "h", "/v1/kv/a", "", "User-Agent", "loadgen/1", "v", false)
+	f.Add(uint8(0), "h", "/v1/kv/a", "", "User-Agent", "", "", false)
+	f.Add(uint8(1), "h", "/v1/kv/a", "", "Content-Length", "12", "v", true)
 	f.Fuzz(func(t *testing.T, m uint8, host, path, query, hk, hv, body string, lie bool) {
 		methods := []string{"GET", "PUT", "POST", "DELETE", "HEAD", "PATCH"}
 		method := methods[int(m)%len(methods)]
