@@ -23,7 +23,7 @@ import (
 // Forwarding. A client agent sends what it does not answer itself to a
 // server of its pool; a server that does not lead sends writes and the
 // leader's reads to its leader (leaderRouter). Both go through
-// clientAgent.forward: one reverse proxy, one pool of connections
+// clientAgent.forward: one reverse proxy, the same transports
 // (forwardTransport), the same bounds.
 //
 // A forward waits for the server's answer at most its bound (forwardBound):
