@@ -234,9 +234,11 @@ func (c *clientAgent) forward(w http.ResponseWriter, r *http.Request, mayRetry b
 	}
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), forwardKey{}, f))
 	defer cancel(nil)
-	// The bound is on the answer's header, not its body: a large listing
-	// read by a slow caller was cut at forwardTimeout, whole or not (the
-	// stall bound's audit: a 34 MB ?recurse read at 400 KiB/s).
+	// The bound is on the answer's header, not its body, for an answer
+	// that streams: a large listing read by a slow caller was cut at
+	// forwardTimeout, whole or not (the stall bound's audit: a 34 MB
+	// ?recurse read at 400 KiB/s). A small answer (smallAnswer) is read
+	// whole within it.
 	f.headerDue = time.AfterFunc(bound, func() { cancel(errNoAnswer) })
 	defer f.headerDue.Stop()
 	gone, leave := c.watch.enter(srv)
@@ -257,7 +259,8 @@ func isRead(r *http.Request) bool {
 }
 
 // Bounds of a forwarded request, from its start to the server's answer's
-// header (the body then streams as fast as the caller reads it): a plain
+// header (the body of an answer that streams then comes as fast as the
+// caller reads it; a small answer is read whole within the bound): a plain
 // one gets forwardTimeout; a blocking read its wait (the server's default and maximum, those of
 // httpapi), the server's jitter (up to a sixteenth of it) and
 // forwardTimeout on top.
