@@ -1,11 +1,6 @@
 package e2e
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,9 +16,6 @@ import (
 // made meanwhile, instead of holding it for the read's wait (5 minutes)
 // and 30 s more.
 func TestClusterClientAgentLeavesAFrozenServer(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("finds the client agent's server through /proc")
-	}
 	t.Parallel()
 	servers, _ := startCluster(t, 3)
 	web := startClient(t, "web2", servers[0].serfAddr)
@@ -52,11 +44,19 @@ func TestClusterClientAgentLeavesAFrozenServer(t *testing.T) {
 		got <- r
 	}()
 
-	// The server the agent forwards to: the one its process has a
-	// connection to.
+	// The server the agent forwards to, as its /v1/agent/self says.
 	var s *clusterServer
 	eventually(t, 10*time.Second, "the client agent's server", func() bool {
-		s = serverInUse(t, web.cmd.Process.Pid, servers)
+		self, err := c.Agent().Self()
+		if err != nil {
+			return false
+		}
+		to, _ := self["Stats"]["holdfast"].(map[string]interface{})["forwards_to"].(string)
+		for _, srv := range servers {
+			if srv.httpAddr == to {
+				s = srv
+			}
+		}
 		return s != nil
 	})
 	s.a.stop(t)
@@ -80,47 +80,4 @@ func TestClusterClientAgentLeavesAFrozenServer(t *testing.T) {
 	if !strings.Contains(web.stderr.String(), "giving up the forwards waiting on a server that stopped being the one to ask") {
 		t.Errorf("the client agent's log does not say it gave up forwards waiting on %s", s.node)
 	}
-}
-
-// serverInUse is the server whose HTTP port process pid has an
-// established connection to, read from /proc; nil if there is not
-// exactly one.
-func serverInUse(t *testing.T, pid int, servers []*clusterServer) *clusterServer {
-	t.Helper()
-	fds, err := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	inodes := map[string]bool{}
-	for _, fd := range fds {
-		if l, err := os.Readlink(fd); err == nil && strings.HasPrefix(l, "socket:[") {
-			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
-		}
-	}
-	table, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ports := map[int]bool{}
-	for _, line := range strings.Split(string(table), "\n")[1:] {
-		f := strings.Fields(line)
-		if len(f) < 10 || f[3] != "01" || !inodes[f[9]] { // 01: established
-			continue
-		}
-		_, hexPort, _ := strings.Cut(f[2], ":")
-		if p, err := strconv.ParseInt(hexPort, 16, 32); err == nil {
-			ports[int(p)] = true
-		}
-	}
-	var in []*clusterServer
-	for _, s := range servers {
-		_, port, _ := strings.Cut(s.httpAddr, ":")
-		if p, _ := strconv.Atoi(port); ports[p] {
-			in = append(in, s)
-		}
-	}
-	if len(in) != 1 {
-		return nil
-	}
-	return in[0]
 }

@@ -93,3 +93,46 @@ func TestClusterForwardsLeaveAFrozenLeader(t *testing.T) {
 		t.Errorf("%s's log does not say it gave up forwards waiting on the frozen leader", f.node)
 	}
 }
+
+// TestClusterWriteWaitsOutAnElection: a write sent to a server while the
+// cluster has no leader (two of three servers frozen, so the third has
+// stepped down) waits for one, up to Consul's rpc_hold_timeout of 7 s,
+// instead of failing at once with "No cluster leader"; when the others
+// are resumed and a leader is elected, it is answered true.
+func TestClusterWriteWaitsOutAnElection(t *testing.T) {
+	t.Parallel()
+	servers, _ := startCluster(t, 3)
+	s := servers[0]
+	var resumes []func()
+	for _, o := range others(servers, s) {
+		resumes = append(resumes, o.a.stop(t))
+	}
+	eventually(t, 20*time.Second, s.node+" knows no leader", func() bool {
+		l, err := s.client(t).Status().Leader()
+		return err == nil && l == ""
+	})
+	type result struct {
+		ok   bool
+		err  error
+		took time.Duration
+	}
+	got := make(chan result, 1)
+	go func() {
+		start := time.Now()
+		ok, _, err := s.client(t).KV().CAS(&api.KVPair{Key: "election/k", Value: []byte("v"), ModifyIndex: 0}, nil)
+		got <- result{ok, err, time.Since(start)}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("the write was answered while no leader was known: %v %v after %v", r.ok, r.err, r.took)
+	case <-time.After(time.Second):
+	}
+	for _, resume := range resumes {
+		resume()
+	}
+	r := <-got
+	if r.err != nil || !r.ok {
+		t.Fatalf("the write through %s: %v %v after %v, want true once a leader was elected", s.node, r.ok, r.err, r.took)
+	}
+	t.Logf("the write waited %v for the election", r.took.Round(time.Millisecond))
+}

@@ -707,7 +707,12 @@ func (c *clientAgent) serveSelf(w http.ResponseWriter, r *http.Request) {
 	if sp, ok := c.pool.(interface{ Stats() map[string]string }); ok { // the real pool; tests' fakes have none
 		stats["serf_lan"] = sp.Stats()
 	}
-	stats["holdfast"] = map[string]string{"server": "false", "known_datacenters": "1", "acl": "disabled"}
+	c.mu.Lock()
+	last := c.last
+	c.mu.Unlock()
+	// forwards_to: the HTTP address of the server the agent forwards to
+	// now ("" before the first forward), for operators asking which one.
+	stats["holdfast"] = map[string]string{"server": "false", "known_datacenters": "1", "acl": "disabled", "forwards_to": last}
 	self := map[string]interface{}{
 		"Stats": stats,
 		"Config": map[string]interface{}{

@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/clock"
 	"github.com/holdfast/holdfast/internal/agent"
 	"github.com/holdfast/holdfast/internal/gossip"
 	"github.com/holdfast/holdfast/internal/server"
@@ -48,7 +50,22 @@ type leaderRouter struct {
 	srv   *server.Server
 	local http.Handler
 	fwd   *clientAgent
+	clk   clock.Clock
+
+	mu     sync.Mutex
+	leader chan struct{} // closed when a leader is known (leaderKnown); nil when nobody waits
 }
+
+// leaderHold is how long a request that needs the leader waits for one
+// while none is known (an election), before it is answered "No cluster
+// leader": Consul's rpc_hold_timeout. Clients then see an election as a
+// delay, not as an error: a 500 during an election is what killed
+// `consul lock`'s child and stopped RenewPeriodic's renewals
+// (hashicorp/consul#1162, #912).
+const leaderHold = 7 * time.Second
+
+// leaderPoll is how often a server waiting for a leader looks.
+const leaderPoll = 10 * time.Millisecond
 
 func newLeaderRouter(srv *server.Server, local http.Handler, httpAddr string, logger hclog.Logger) *leaderRouter {
 	var pool poolView
@@ -70,10 +87,13 @@ func newLeaderRouter(srv *server.Server, local http.Handler, httpAddr string, lo
 		return a != "" && a != target
 	}
 	fwd.movedWords = "lost the leadership"
-	return &leaderRouter{srv: srv, local: local, fwd: fwd}
+	return &leaderRouter{srv: srv, local: local, fwd: fwd, clk: clock.Real()}
 }
 
 func (l *leaderRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !l.leaderKnown() && l.needsLeader(r) {
+		l.waitForLeader(r.Context())
+	}
 	if l.servesLocally(r) {
 		l.local.ServeHTTP(w, r)
 		return
@@ -92,6 +112,72 @@ func (l *leaderRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if l.servesLocally(r) {
 			l.local.ServeHTTP(w, r)
 			return
+		}
+	}
+}
+
+// leaderKnown reports whether this server leads or knows another leader.
+func (l *leaderRouter) leaderKnown() bool {
+	_, other := otherLeader(l.srv)
+	return other || l.srv.IsLeader()
+}
+
+// needsLeader reports whether r is answered by the leader: not an agent or
+// status endpoint, not a ?stale or ?max_stale read (answered from this
+// server's state, max_stale by its last contact with a leader), and not
+// a request another server forwarded (it waited for a leader already).
+func (l *leaderRouter) needsLeader(r *http.Request) bool {
+	if strings.HasPrefix(r.URL.Path, "/v1/agent/") || strings.HasPrefix(r.URL.Path, "/v1/status/") || r.Header.Get(forwardedHeader) != "" {
+		return false
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		q := r.URL.Query()
+		if _, stale := q["stale"]; stale {
+			return false
+		}
+		if _, ms := q["max_stale"]; ms {
+			return false
+		}
+	}
+	return true
+}
+
+// waitForLeader waits until a leader is known, leaderHold has passed, or
+// ctx ends. The requests waiting share one look every leaderPoll, which
+// stops once a leader is known or after leaderHold.
+func (l *leaderRouter) waitForLeader(ctx context.Context) {
+	l.mu.Lock()
+	ch := l.leader
+	if ch == nil {
+		ch = make(chan struct{})
+		l.leader = ch
+		go l.pollLeader(ch)
+	}
+	l.mu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+}
+
+// pollLeader closes ch when a leader is known, or after leaderHold.
+func (l *leaderRouter) pollLeader(ch chan struct{}) {
+	defer func() {
+		l.mu.Lock()
+		l.leader = nil
+		l.mu.Unlock()
+		close(ch)
+	}()
+	hold := l.clk.NewTimer(leaderHold)
+	defer hold.Stop()
+	t := l.clk.NewTimer(leaderPoll)
+	defer t.Stop()
+	for !l.leaderKnown() {
+		select {
+		case <-hold.C():
+			return
+		case <-t.C():
+			t.Reset(leaderPoll)
 		}
 	}
 }
