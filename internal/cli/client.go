@@ -610,11 +610,11 @@ func newClientAgent(node, dc, httpAddr string, pool poolView, logger hclog.Logge
 			pr.SetURL(pr.In.Context().Value(forwardKey{}).(*forwarding).target)
 		},
 		ErrorHandler: c.forwardFailed,
-		// The answer's header is in: the forward's bound has done its
-		// work (a server that never answers), so has the watch on its
-		// server (it answered), and the body streams as fast as the
-		// caller reads it (the HTTP server's stall bound cuts a caller
-		// that stops).
+		// The answer's header is in (a small answer's body too): the
+		// forward's bound has done its work (a server that never
+		// answers), so has the watch on its server (it answered), and
+		// the body goes to the caller as fast as the caller reads it
+		// (the HTTP server's stall bound cuts a caller that stops).
 		ModifyResponse: func(resp *http.Response) error {
 			f := resp.Request.Context().Value(forwardKey{}).(*forwarding)
 			f.headerDue.Stop()
