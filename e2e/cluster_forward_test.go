@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -135,4 +136,30 @@ func TestClusterWriteWaitsOutAnElection(t *testing.T) {
 		t.Fatalf("the write through %s: %v %v after %v, want true once a leader was elected", s.node, r.ok, r.err, r.took)
 	}
 	t.Logf("the write waited %v for the election", r.took.Round(time.Millisecond))
+}
+
+// TestClusterWriteThroughFollowerRidesOutLeaderKill: writes sent through a
+// follower right after the leader is killed (SIGKILL: its port refuses,
+// while the follower still takes it for the leader) are not refused: the
+// follower sends each again once another leader is known (the refused
+// connection carried nothing), and they are answered true.
+func TestClusterWriteThroughFollowerRidesOutLeaderKill(t *testing.T) {
+	t.Parallel()
+	servers, leader := startCluster(t, 3)
+	f := others(servers, leader)[0]
+	cf := f.client(t)
+	if _, err := cf.KV().Put(&api.KVPair{Key: "kill/before", Value: []byte("v")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	leader.a.kill()
+	killed := time.Now()
+	for i := 0; i < 3; i++ {
+		start := time.Now()
+		ok, _, err := cf.KV().CAS(&api.KVPair{Key: fmt.Sprintf("kill/after/%d", i), Value: []byte("v"), ModifyIndex: 0}, nil)
+		if err != nil || !ok {
+			t.Fatalf("write %d through %s, %v after the leader's kill: %v %v", i, f.node, start.Sub(killed).Round(time.Millisecond), ok, err)
+		}
+		t.Logf("write %d through %s, sent %v after the kill, answered true in %v", i, f.node,
+			start.Sub(killed).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	}
 }

@@ -102,16 +102,52 @@ func (l *leaderRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A read whose leader lost the leadership before answering is sent
-	// again, here if this server leads now.
+	// again, here if this server leads now; so is a request whose
+	// connection to the leader failed (killed: it got nothing), once
+	// another leader is known.
+	rewind := resendable(r)
 	for attempt := 0; ; attempt++ {
+		if rewind != nil {
+			rewind()
+		}
 		r.Header.Set(forwardedHeader, l.srv.NodeName())
-		if !l.fwd.forward(w, r, attempt < forwardRetries) {
+		to, _ := leaderHTTP(l.srv)
+		retry, unsent := l.fwd.forward(w, r, attempt < forwardRetries, rewind != nil)
+		if !retry {
 			return
 		}
 		r.Header.Del(forwardedHeader)
+		if unsent {
+			l.waitForLeaderOtherThan(r.Context(), to)
+		}
 		if l.servesLocally(r) {
 			l.local.ServeHTTP(w, r)
 			return
+		}
+	}
+}
+
+// waitForLeaderOtherThan waits until this server leads or knows a leader
+// whose HTTP address is not old, leaderHold has passed, or ctx ends.
+func (l *leaderRouter) waitForLeaderOtherThan(ctx context.Context, old string) {
+	hold := l.clk.NewTimer(leaderHold)
+	defer hold.Stop()
+	t := l.clk.NewTimer(leaderPoll)
+	defer t.Stop()
+	for {
+		if l.srv.IsLeader() {
+			return
+		}
+		if a, _ := leaderHTTP(l.srv); a != "" && a != old {
+			return
+		}
+		select {
+		case <-hold.C():
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			t.Reset(leaderPoll)
 		}
 	}
 }
@@ -126,11 +162,13 @@ func (l *leaderRouter) leaderKnown() bool {
 }
 
 // needsLeader reports whether r is answered by the leader: not an agent or
-// status endpoint, not a ?stale or ?max_stale read (answered from this
-// server's state, max_stale by its last contact with a leader), and not
-// a request another server forwarded (it waited for a leader already).
+// status endpoint, and not a ?stale or ?max_stale read (answered from this
+// server's state, max_stale by its last contact with a leader). A request
+// another server forwarded needs one too: it was sent to this server as
+// the leader, which raft may have made leader a moment before it is
+// ready to answer (its state caught up).
 func (l *leaderRouter) needsLeader(r *http.Request) bool {
-	if strings.HasPrefix(r.URL.Path, "/v1/agent/") || strings.HasPrefix(r.URL.Path, "/v1/status/") || r.Header.Get(forwardedHeader) != "" {
+	if strings.HasPrefix(r.URL.Path, "/v1/agent/") || strings.HasPrefix(r.URL.Path, "/v1/status/") {
 		return false
 	}
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {

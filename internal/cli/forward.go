@@ -61,7 +61,9 @@ type forwarding struct {
 	headerDue *time.Timer     // gives up when no answer's header comes
 	unwatch   func() bool     // stops the watch on target
 	mayRetry  bool            // a read that may be sent again
+	mayResend bool            // a request that may be sent again if it was never sent
 	retry     bool            // set by forwardFailed: send it again, nothing was written
+	unsent    bool            // with retry: the connection failed, the server got nothing
 }
 
 type forwardKey struct{}
@@ -163,9 +165,49 @@ func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.answerHere(w, r) {
 		return
 	}
-	for attempt := 0; c.forward(w, r, attempt < forwardRetries); attempt++ {
+	rewind := resendable(r)
+	for attempt := 0; ; attempt++ {
+		if rewind != nil {
+			rewind()
+		}
+		// After a failed connection, the next attempt goes to another
+		// server (forwardFailed set the failed one aside).
+		if retry, _ := c.forward(w, r, attempt < forwardRetries, rewind != nil); !retry {
+			return
+		}
 	}
 }
+
+// maxResendBody is the largest request body kept in memory so that the
+// request can be sent again; api.Transport's limit too.
+const maxResendBody = 64 << 10
+
+// resendable reads r's body into memory if it is small, so that r can be
+// sent again, and returns the function that puts the body back before
+// each attempt; nil if r cannot be sent again (a large body, or one of
+// unknown length, streams through once).
+func resendable(r *http.Request) func() {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return func() {}
+	}
+	if r.ContentLength < 0 || r.ContentLength > maxResendBody {
+		return nil
+	}
+	b := make([]byte, r.ContentLength)
+	n, err := io.ReadFull(r.Body, b)
+	if err != nil {
+		// The caller sent less than it declared: the forward fails as
+		// it would have with the body streamed.
+		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b[:n]), errReader{err}))
+		return nil
+	}
+	return func() { r.Body = io.NopCloser(bytes.NewReader(b)) }
+}
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 // answerHere answers the requests that are the agent's own (its endpoints,
 // its checks and services), amends a session's creation with the agent's
@@ -208,11 +250,13 @@ func (c *clientAgent) answerHere(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// forward sends r to a server and copies the answer to w. It returns true,
-// having written nothing, when the server stopped being the one to ask
-// before it answered, r is a read, and mayRetry: the caller then sends it
-// again.
-func (c *clientAgent) forward(w http.ResponseWriter, r *http.Request, mayRetry bool) bool {
+// forward sends r to a server and copies the answer to w. It returns
+// retry, having written nothing, when mayRetry and either the server
+// stopped being the one to ask before it answered and r is a read, or
+// the connection to the server failed (unsent: it got nothing) and
+// mayResend (r's body, if any, can be had again): the caller then sends
+// it again.
+func (c *clientAgent) forward(w http.ResponseWriter, r *http.Request, mayRetry, mayResend bool) (retry, unsent bool) {
 	srv, live := c.pickServer()
 	if srv == "" {
 		// Consul's words, and a 500 so that clients retry.
@@ -221,9 +265,10 @@ func (c *clientAgent) forward(w http.ResponseWriter, r *http.Request, mayRetry b
 			msg = c.noServer
 		}
 		http.Error(w, msg, http.StatusInternalServerError)
-		return false
+		return false, false
 	}
-	f := &forwarding{target: &url.URL{Scheme: "http", Host: srv}, caller: r.Context(), mayRetry: mayRetry && isRead(r)}
+	f := &forwarding{target: &url.URL{Scheme: "http", Host: srv}, caller: r.Context(),
+		mayRetry: mayRetry && isRead(r), mayResend: mayRetry && mayResend}
 	// A server that takes the connection and never answers (stopped, or
 	// wedged) must not hold the caller for ever: the forward is bounded
 	// by what the request may legitimately take, and, to a server the pool
@@ -249,7 +294,7 @@ func (c *clientAgent) forward(w http.ResponseWriter, r *http.Request, mayRetry b
 		defer context.AfterFunc(c.stopping, func() { cancel(nil) })()
 	}
 	c.proxy.ServeHTTP(w, r.WithContext(ctx))
-	return f.retry
+	return f.retry, f.unsent
 }
 
 // isRead reports whether r may be sent to a server a second time: a GET or
@@ -379,7 +424,15 @@ func (c *clientAgent) forwardFailed(w http.ResponseWriter, r *http.Request, err 
 	if who == "" {
 		who = "holdfast client agent"
 	}
+	var oe *net.OpError
 	switch cause := context.Cause(r.Context()); {
+	case cause == nil && f.mayResend && errors.As(err, &oe) && oe.Op == "dial":
+		// Refused, or no route: the request never left, so it can go
+		// to the server asked next whatever it is (a killed leader's
+		// port refuses until its followers notice it is gone).
+		c.log.Debug("could not connect to a server: sending the request again", "server", target, "path", r.URL.Path, "error", err)
+		f.retry, f.unsent = true, true
+		return
 	case errors.Is(cause, errTargetMoved) && f.mayRetry:
 		c.log.Debug("a server stopped being the one to ask before it answered: sending the read again", "server", target, "path", r.URL.Path)
 		f.retry = true

@@ -235,3 +235,36 @@ func TestSmallAnswer(t *testing.T) {
 		}
 	}
 }
+
+// A forward whose connection fails (the server's port refuses: killed) is
+// sent again to another server, whatever its method, since the first got
+// nothing: a write's body, kept in memory, reaches the second server
+// whole.
+func TestForwardSendsAgainWhenTheConnectionFails(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadAddr := dead.Listener.Addr().String()
+	dead.Close() // its port now refuses
+	var got atomic.Value
+	var hits atomic.Int64
+	live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		b, _ := io.ReadAll(r.Body)
+		got.Store(r.Method + " " + string(b))
+		io.WriteString(w, "true")
+	}))
+	defer live.Close()
+	pool := fakePool{
+		serverMember("a", deadAddr, gossip.StatusAlive), // first by name: picked first
+		serverMember("b", live.Listener.Addr().String(), gossip.StatusAlive),
+	}
+	c := newClientAgent("client1", "dc1", "x", pool, hclog.NewNullLogger())
+	hs := httptest.NewServer(c)
+	defer hs.Close()
+
+	if code, body := do(t, "PUT", hs.URL+"/v1/kv/k?cas=0", "hello"); code != 200 || body != "true" {
+		t.Fatalf("a write whose first server refused the connection: %d %q, want the live server's true", code, body)
+	}
+	if g, _ := got.Load().(string); g != "PUT hello" || hits.Load() != 1 {
+		t.Fatalf("the live server got %q in %d requests, want PUT hello once", g, hits.Load())
+	}
+}
