@@ -50,8 +50,9 @@ func TestClusterForwardsLeaveAFrozenLeader(t *testing.T) {
 		results <- r
 	}
 	// A blocking query through the follower, waiting at the leader when it
-	// freezes: the follower forwards it at once, and the election that
-	// follows the freeze takes longer than this wait.
+	// freezes. The pause gives the follower time to forward it first; had
+	// it not, it would still go to the frozen leader, which the follower
+	// takes for the leader until the election a second later.
 	go get("blocking read", &api.QueryOptions{WaitIndex: meta.LastIndex, WaitTime: 5 * time.Minute})
 	time.Sleep(300 * time.Millisecond)
 	frozenAt := time.Now()
