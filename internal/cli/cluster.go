@@ -130,26 +130,28 @@ func (l *leaderRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // waitForLeaderOtherThan waits until this server leads or knows a leader
 // whose HTTP address is not old, leaderHold has passed, or ctx ends.
 func (l *leaderRouter) waitForLeaderOtherThan(ctx context.Context, old string) {
-	hold := l.clk.NewTimer(leaderHold)
-	defer hold.Stop()
-	t := l.clk.NewTimer(leaderPoll)
-	defer t.Stop()
-	for {
+	pollUntil(ctx, l.clk, leaderPoll, leaderHold, func() bool {
 		if l.srv.IsLeader() {
-			return
+			return true
 		}
-		if a, _ := leaderHTTP(l.srv); a != "" && a != old {
-			return
+		a, _ := leaderHTTP(l.srv)
+		return a != "" && a != old
+	})
+}
+
+// pollUntil looks at cond every `every` on clk until it holds (true), hold
+// has passed (0: no bound), or ctx ends (false for both).
+func pollUntil(ctx context.Context, clk clock.Clock, every, hold time.Duration, cond func() bool) bool {
+	until := clk.Now().Add(hold)
+	for !cond() {
+		if hold > 0 && !clk.Now().Before(until) {
+			return false
 		}
-		select {
-		case <-hold.C():
-			return
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			t.Reset(leaderPoll)
+		if clock.Sleep(ctx, clk, every) != nil {
+			return false
 		}
 	}
+	return true
 }
 
 // leaderKnown reports whether this server leads or knows another leader.
@@ -209,18 +211,7 @@ func (l *leaderRouter) pollLeader(ch chan struct{}) {
 		l.mu.Unlock()
 		close(ch)
 	}()
-	hold := l.clk.NewTimer(leaderHold)
-	defer hold.Stop()
-	t := l.clk.NewTimer(leaderPoll)
-	defer t.Stop()
-	for !l.leaderKnown() {
-		select {
-		case <-hold.C():
-			return
-		case <-t.C():
-			t.Reset(leaderPoll)
-		}
-	}
+	pollUntil(context.Background(), l.clk, leaderPoll, leaderHold, l.leaderKnown)
 }
 
 // servesLocally reports whether this server answers r itself.
@@ -321,23 +312,17 @@ func otherLeader(srv *server.Server) (string, bool) {
 // state has caught up with it (it leads, or it has heard from the leader),
 // or ctx ends.
 func waitForClusterLeader(ctx context.Context, srv *server.Server) error {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
+	if pollUntil(ctx, clock.Real(), 20*time.Millisecond, 0, func() bool {
 		if srv.IsLeader() {
-			return nil
+			return true
 		}
-		if _, other := otherLeader(srv); other && srv.Replayed() {
-			if a, _ := leaderHTTP(srv); a != "" {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
+		_, other := otherLeader(srv)
+		a, _ := leaderHTTP(srv)
+		return other && srv.Replayed() && a != ""
+	}) {
+		return nil
 	}
+	return ctx.Err()
 }
 
 // withOperatorRoutes serves /v1/operator/raft/configuration and

@@ -515,16 +515,8 @@ func (tw *targetWatch) drop(target string) {
 // watchTargets, until ctx ends, gives up the forwards waiting on a server
 // that has stopped being the one to ask (see the top of this file).
 func (c *clientAgent) watchTargets(ctx context.Context, clk clock.Clock) {
-	t := clk.NewTimer(targetWatchEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
+	for clock.Sleep(ctx, clk, targetWatchEvery) == nil {
 		c.checkTargets()
-		t.Reset(targetWatchEvery)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/holdfast/holdfast/clock"
 	"github.com/holdfast/holdfast/internal/gossip"
 )
 
@@ -227,16 +228,8 @@ const caughtUpEntries = 2 * maxAppendEntries
 // has caught up with the leader's (its own report, PeerProgress: the same
 // term, and at most caughtUpEntries behind).
 func (s *Server) promoteLoop(ctx context.Context) {
-	t := s.clk.NewTimer(promotePoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
+	for clock.Sleep(ctx, s.clk, promotePoll) == nil {
 		s.promoteCaughtUp(ctx)
-		t.Reset(promotePoll)
 	}
 }
 
@@ -280,7 +273,7 @@ func (s *Server) promoteCaughtUp(ctx context.Context) {
 			s.log.Warn("promoting a server to voter failed; will retry", "server", srv.ID, "error", err)
 			continue
 		}
-		s.removeReplaced(srv.ID)
+		s.removeReplaced(srv.ID, members)
 	}
 }
 
@@ -293,18 +286,16 @@ func (s *Server) promoteCaughtUp(ctx context.Context) {
 // dead servers when a new one joins.) One for each server promoted, so
 // the number of voters stays as it was. A failed server is not removed
 // otherwise until the pool reaps it or an operator runs remove-peer: it
-// may be restarting.
-func (s *Server) removeReplaced(promoted raft.ServerID) {
+// may be restarting. members is the pool by name, as promoteCaughtUp
+// read it.
+func (s *Server) removeReplaced(promoted raft.ServerID, members map[string]gossip.Member) {
 	f := s.raft.GetConfiguration()
 	if f.Error() != nil {
 		return
 	}
-	failed := make(map[string]bool)
-	for _, m := range s.serf.members.Members() {
-		failed[m.Name] = m.Status == gossip.StatusFailed
-	}
 	for _, srv := range f.Configuration().Servers {
-		if srv.Suffrage != raft.Voter || srv.ID == promoted || string(srv.ID) == s.cfg.NodeName || !failed[string(srv.ID)] {
+		if srv.Suffrage != raft.Voter || srv.ID == promoted || string(srv.ID) == s.cfg.NodeName ||
+			members[string(srv.ID)].Status != gossip.StatusFailed {
 			continue
 		}
 		s.log.Info("a new voter replaces a failed server: removing the failed server from the raft configuration",
