@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -436,15 +435,24 @@ func (s *Server) soleVoter() bool {
 }
 
 // verifyLeader is one round of the read barrier: a quorum confirms this
-// server still leads.
+// server still leads, answering heartbeats sent after the round began
+// (proveLeadership).
 func (s *Server) verifyLeader() error {
-	if err := s.raft.VerifyLeader().Error(); err != nil {
-		if errors.Is(err, raft.ErrRaftShutdown) {
-			return ErrShuttingDown
-		}
+	term := s.raft.CurrentTerm()
+	if s.raft.State() != raft.Leader {
 		return ErrNoLeader
 	}
-	return nil
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return ErrNoLeader
+	}
+	var voters []raft.ServerID
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			voters = append(voters, srv.ID)
+		}
+	}
+	return s.proveLeadership(func() raft.Future { return s.raft.VerifyLeader() }, term, voters)
 }
 
 // LeaderStatus reports whether a leader is known and the time since this

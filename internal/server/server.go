@@ -207,6 +207,9 @@ type Server struct {
 	replayed atomic.Bool
 	// reads coalesces the leadership checks of consistent reads.
 	reads readBarrier
+	// acks records the followers' answers to heartbeats, the proof
+	// those checks rest on (leaderproof.go).
+	acks ackTracker
 
 	leaderMu     sync.Mutex
 	leaderCancel context.CancelFunc // stops the leader duties of the current term
@@ -334,7 +337,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: %w", err)
 		}
 	}
-	r, err := newRaft(rc, s.fsm, st, trans, cfg.DataDir)
+	r, err := newRaft(rc, s.fsm, st, withAcks(trans, &s.acks), cfg.DataDir)
 	if err != nil {
 		s.closeStores()
 		return nil, fmt.Errorf("server: starting raft: %w", err)
