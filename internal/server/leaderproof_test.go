@@ -65,12 +65,18 @@ func (r *proofRig) waitSent(n uint64) {
 	}
 }
 
-func (r *proofRig) prove(v raftVerify, term uint64) <-chan error {
+// prove starts a check in term among n1 (this server), n2 and n3, and
+// returns once it has taken its mark; raft's verification, stood in for
+// by the returned channel, returns what the test sends on it.
+func (r *proofRig) prove(term uint64) (chan<- error, <-chan error) {
+	v := make(raftVerify, 1)
 	out := make(chan error, 1)
+	n := r.s.acks.seq.Load()
 	go func() {
 		out <- r.s.proveLeadership(func() raft.Future { return v }, term, []raft.ServerID{"n1", "n2", "n3"})
 	}()
-	return out
+	r.waitSent(n + 1)
+	return v, out
 }
 
 func expectPending(t *testing.T, out <-chan error, what string) {
@@ -102,11 +108,8 @@ func expectResult(t *testing.T, out <-chan error, want error, what string) {
 // waits for the fresh heartbeat, which n2 answers with the newer term.
 func TestProveLeadershipIgnoresAnswersToOlderHeartbeats(t *testing.T) {
 	r := newProofRig()
-	old := r.send("n2", 5) // takes number 1
-	r.waitSent(1)
-	v := make(raftVerify, 1)
-	out := r.prove(v, 5)
-	r.waitSent(2) // the check's mark
+	old := r.send("n2", 5)
+	v, out := r.prove(5)
 	old <- raft.AppendEntriesResponse{Term: 5, Success: true}
 	v <- nil // raft counts that answer and calls itself satisfied
 	expectPending(t, out, "after the answer to a heartbeat sent before the check")
@@ -121,9 +124,7 @@ func TestProveLeadershipIgnoresAnswersToOlderHeartbeats(t *testing.T) {
 // vote, whether or not raft's verification has returned yet.
 func TestProveLeadershipConfirmedByFreshAnswers(t *testing.T) {
 	r := newProofRig()
-	v := make(raftVerify, 1)
-	out := r.prove(v, 5)
-	r.waitSent(1)
+	_, out := r.prove(5)
 	r.send("n3", 4) <- raft.AppendEntriesResponse{Term: 4, Success: true}
 	expectPending(t, out, "after a success answer of another term")
 	r.send("n3", 5) <- raft.AppendEntriesResponse{Term: 5, Success: true}
@@ -133,9 +134,7 @@ func TestProveLeadershipConfirmedByFreshAnswers(t *testing.T) {
 // One follower with a newer term leaves a quorum possible; two do not.
 func TestProveLeadershipRefutedOnlyWhenNoQuorumIsLeft(t *testing.T) {
 	r := newProofRig()
-	v := make(raftVerify, 1)
-	out := r.prove(v, 5)
-	r.waitSent(1)
+	_, out := r.prove(5)
 	r.send("n2", 5) <- raft.AppendEntriesResponse{Term: 7}
 	expectPending(t, out, "after one follower answered with a newer term")
 	r.send("n3", 5) <- raft.AppendEntriesResponse{Term: 5, Success: true}
@@ -146,8 +145,7 @@ func TestProveLeadershipRefutedOnlyWhenNoQuorumIsLeft(t *testing.T) {
 // on the injected clock.
 func TestProveLeadershipGivesUpAtTheBound(t *testing.T) {
 	r := newProofRig()
-	v := make(raftVerify, 1)
-	out := r.prove(v, 5)
+	v, out := r.prove(5)
 	v <- nil
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -166,8 +164,7 @@ func TestProveLeadershipRaftFailure(t *testing.T) {
 		raftErr, want error
 	}{{raft.ErrNotLeader, ErrNoLeader}, {raft.ErrLeadershipLost, ErrNoLeader}, {raft.ErrRaftShutdown, ErrShuttingDown}} {
 		r := newProofRig()
-		v := make(raftVerify, 1)
-		out := r.prove(v, 5)
+		v, out := r.prove(5)
 		v <- c.raftErr
 		expectResult(t, out, c.want, c.raftErr.Error())
 	}
