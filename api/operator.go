@@ -2,12 +2,17 @@ package api
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
+	"time"
 )
 
 // Operator is the operator endpoint, /v1/operator: the servers' raft
-// configuration. Get one with Client.Operator.
+// configuration and autopilot's view of their health. Get one with
+// Client.Operator.
 type Operator struct{ c *Client }
 
 // Operator returns the operator endpoint.
@@ -67,4 +72,109 @@ func (o *Operator) removePeer(ctx context.Context, params url.Values, w *WriteOp
 	}
 	_, err := o.c.write(ctx, r, w, nil)
 	return err
+}
+
+// AutopilotConfiguration is the servers' autopilot behaviour in Consul's
+// terms. holdfast's is fixed: a dead server is removed when a new one is
+// promoted, a new server is promoted as soon as its log has caught up, and
+// health is judged with the thresholds below.
+type AutopilotConfiguration struct {
+	CleanupDeadServers bool
+	// LastContactThreshold is how long a server may go without hearing
+	// from the leader and stay healthy.
+	LastContactThreshold time.Duration
+	// MaxTrailingLogs is how many log entries a server may be behind the
+	// leader and stay healthy.
+	MaxTrailingLogs uint64
+	MinQuorum       uint
+	// ServerStabilizationTime is how long a new server must be healthy
+	// before it is promoted.
+	ServerStabilizationTime time.Duration
+	RedundancyZoneTag       string
+	DisableUpgradeMigration bool
+	UpgradeVersionTag       string
+}
+
+// AutopilotGetConfiguration returns the autopilot settings.
+func (o *Operator) AutopilotGetConfiguration(ctx context.Context, q *QueryOptions) (*AutopilotConfiguration, error) {
+	var wire struct {
+		AutopilotConfiguration
+		LastContactThreshold, ServerStabilizationTime string
+	}
+	if _, err := o.c.query(ctx, "/v1/operator/autopilot/configuration", nil, q, &wire); err != nil {
+		return nil, err
+	}
+	out := wire.AutopilotConfiguration
+	var err error
+	if out.LastContactThreshold, err = time.ParseDuration(wire.LastContactThreshold); err != nil {
+		return nil, fmt.Errorf("LastContactThreshold: %v", err)
+	}
+	if out.ServerStabilizationTime, err = time.ParseDuration(wire.ServerStabilizationTime); err != nil {
+		return nil, fmt.Errorf("ServerStabilizationTime: %v", err)
+	}
+	return &out, nil
+}
+
+// ServerHealth is one server's health as the leader judges it.
+type ServerHealth struct {
+	ID, Name, Address string
+	// SerfStatus is the server's state in the gossip pool: alive, failed,
+	// left, leaving or none.
+	SerfStatus string
+	Version    string
+	Leader     bool
+	// LastContact is the time since the server last heard from the
+	// leader; negative when unknown (it could not be asked, or never
+	// heard from a leader).
+	LastContact         time.Duration
+	LastTerm, LastIndex uint64
+	Healthy, Voter      bool
+	// StableSince is when the leader first saw the server as healthy (or
+	// unhealthy) as it is now.
+	StableSince time.Time
+}
+
+// OperatorHealthReply is the health of every server of the raft
+// configuration.
+type OperatorHealthReply struct {
+	// Healthy is true when every server is.
+	Healthy bool
+	// FailureTolerance is how many voters could fail with the cluster
+	// still taking writes.
+	FailureTolerance int
+	Servers          []ServerHealth
+}
+
+// AutopilotServerHealth returns the servers' health, as the leader judges
+// it. An unhealthy cluster is an answer too (the server says so with 429).
+func (o *Operator) AutopilotServerHealth(ctx context.Context, q *QueryOptions) (*OperatorHealthReply, error) {
+	type wireServer struct {
+		ServerHealth
+		LastContact *string
+	}
+	var wire struct {
+		Healthy          bool
+		FailureTolerance int
+		Servers          []wireServer
+	}
+	_, err := o.c.query(ctx, "/v1/operator/autopilot/health", nil, q, &wire)
+	var se *StatusError
+	if errors.As(err, &se) && se.Code == http.StatusTooManyRequests {
+		err = json.Unmarshal([]byte(se.Body), &wire)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := &OperatorHealthReply{Healthy: wire.Healthy, FailureTolerance: wire.FailureTolerance}
+	for _, ws := range wire.Servers {
+		s := ws.ServerHealth
+		s.LastContact = -1
+		if ws.LastContact != nil {
+			if s.LastContact, err = time.ParseDuration(*ws.LastContact); err != nil {
+				return nil, fmt.Errorf("server %s's LastContact: %v", s.Name, err)
+			}
+		}
+		out.Servers = append(out.Servers, s)
+	}
+	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -891,10 +892,10 @@ func TestClusterOperatorHelp(t *testing.T) {
 	if binPath == "" {
 		t.Skip("e2e tests do not run under -short")
 	}
-	for _, sub := range []string{"list-peers", "remove-peer"} {
-		stdout, stderr, code := runHoldfast(t, "operator", "raft", sub, "-h")
-		if want := "Usage: holdfast operator raft " + sub + " [options]"; code != 0 || !strings.Contains(stdout+stderr, want) {
-			t.Errorf("holdfast operator raft %s -h: exit %d, want 0 and %q\nstdout:\n%s\nstderr:\n%s", sub, code, want, stdout, stderr)
+	for _, sub := range []string{"raft list-peers", "raft remove-peer", "autopilot get-config", "autopilot health"} {
+		stdout, stderr, code := runHoldfast(t, append(append([]string{"operator"}, strings.Fields(sub)...), "-h")...)
+		if want := "Usage: holdfast operator " + sub + " [options]"; code != 0 || !strings.Contains(stdout+stderr, want) {
+			t.Errorf("holdfast operator %s -h: exit %d, want 0 and %q\nstdout:\n%s\nstderr:\n%s", sub, code, want, stdout, stderr)
 		}
 	}
 }
@@ -1128,4 +1129,82 @@ func TestClusterLinearizableAcrossLeaderKills(t *testing.T) {
 		}
 	}
 	checkLinearizable(t, history)
+}
+
+// TestClusterAutopilotHealth: the servers' health as Consul's client reads
+// it (/v1/operator/autopilot/health), asked through a follower and so
+// answered by the leader: three healthy servers tolerate one failure; with
+// one killed, the health is 429 (which the client takes as an answer), the
+// dead server unhealthy and failed in gossip, and nothing more tolerated.
+// The fixed autopilot settings read back, and cannot be set.
+func TestClusterAutopilotHealth(t *testing.T) {
+	t.Parallel()
+	servers, leader := startCluster(t, 3)
+	followers := others(servers, leader)
+	op := followers[0].client(t).Operator()
+
+	var h *api.OperatorHealthReply
+	var err error
+	eventually(t, 15*time.Second, "three healthy servers", func() bool {
+		h, err = op.AutopilotServerHealth(nil)
+		return err == nil && h.Healthy
+	})
+	if h.FailureTolerance != 1 || len(h.Servers) != 3 {
+		t.Fatalf("health of three servers: %+v", h)
+	}
+	for _, s := range h.Servers {
+		if s.Leader != (s.Name == leader.node) || !s.Voter || s.SerfStatus != "alive" || s.LastContact == nil ||
+			s.LastTerm == 0 || s.LastIndex == 0 || s.StableSince.IsZero() {
+			t.Errorf("server %s: %+v", s.Name, s)
+		}
+	}
+	// The command, a check's exit code: 0 while every server is healthy.
+	health := func() (string, int) {
+		stdout, stderr, code := runHoldfast(t, "operator", "autopilot", "health", "-http-addr", followers[0].httpAddr)
+		return stdout + stderr, code
+	}
+	if out, code := health(); code != 0 || !strings.Contains(out, "Healthy: true; failure tolerance: 1") {
+		t.Errorf("holdfast operator autopilot health, three healthy: exit %d\n%s", code, out)
+	}
+
+	dead := followers[1]
+	dead.a.kill()
+	eventually(t, 30*time.Second, "the health reporting "+dead.node+" failed", func() bool {
+		h, err = op.AutopilotServerHealth(nil)
+		if err != nil || h.Healthy {
+			return false
+		}
+		for _, s := range h.Servers {
+			if s.Name == dead.node {
+				return s.SerfStatus == "failed" && !s.Healthy
+			}
+		}
+		return false
+	})
+	if h.FailureTolerance != 0 {
+		t.Errorf("failure tolerance with one of three dead: %d, want 0", h.FailureTolerance)
+	}
+	if out, code := health(); code != 2 || !strings.Contains(out, "Healthy: false; failure tolerance: 0") ||
+		!regexp.MustCompile(`(?m)^`+dead.node+` .* false +failed `).MatchString(out) {
+		t.Errorf("holdfast operator autopilot health, %s dead: exit %d, want 2\n%s", dead.node, code, out)
+	}
+	for _, s := range h.Servers {
+		if s.Name != dead.node && !s.Healthy {
+			t.Errorf("live server %s unhealthy: %+v", s.Name, s)
+		}
+	}
+
+	conf, err := op.AutopilotGetConfiguration(nil)
+	if err != nil || !conf.CleanupDeadServers || conf.LastContactThreshold == nil ||
+		conf.LastContactThreshold.Duration() != 200*time.Millisecond || conf.MaxTrailingLogs != 250 {
+		t.Fatalf("autopilot configuration: %+v %v", conf, err)
+	}
+	stdout, stderr, code := runHoldfast(t, "operator", "autopilot", "get-config", "-http-addr", leader.httpAddr)
+	if code != 0 || !strings.Contains(stdout, "CleanupDeadServers = true\nLastContactThreshold = 200ms\nMaxTrailingLogs = 250\n") {
+		t.Errorf("holdfast operator autopilot get-config: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if err := op.AutopilotSetConfiguration(conf, nil); err == nil || !strings.Contains(err.Error(), "405") ||
+		!strings.Contains(err.Error(), "settings are fixed") {
+		t.Fatalf("setting the autopilot configuration: %v, want a 405 saying the settings are fixed", err)
+	}
 }

@@ -63,7 +63,7 @@ var commands = map[string]command{
 	"leave":    {"Make the agent leave its pool gracefully and stop (retires a server)", runLeave},
 	"lock":     {"Execute a command holding a lock", runLock},
 	"members":  {"List the agents of the gossip pool and their status", runMembers},
-	"operator": {"Operate the servers' cluster: its raft configuration", runOperator},
+	"operator": {"Operate the servers' cluster: its raft configuration and autopilot", runOperator},
 	"session":  {"Create, inspect, renew and destroy sessions", runSession},
 	"snapshot": {"Save, restore and inspect snapshots of the server's state", runSnapshot},
 }

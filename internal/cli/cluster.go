@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -325,8 +324,9 @@ func waitForClusterLeader(ctx context.Context, srv *server.Server) error {
 	return ctx.Err()
 }
 
-// withOperatorRoutes serves /v1/operator/raft/configuration and
-// /v1/operator/raft/peer from srv, and passes the rest to next.
+// withOperatorRoutes serves /v1/operator/raft/configuration,
+// /v1/operator/raft/peer and /v1/operator/autopilot/{configuration,health}
+// from srv, and passes the rest to next.
 func withOperatorRoutes(srv *server.Server, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -334,6 +334,10 @@ func withOperatorRoutes(srv *server.Server, next http.Handler) http.Handler {
 			serveRaftConfiguration(srv, w, r)
 		case "/v1/operator/raft/peer":
 			serveRemovePeer(srv, w, r)
+		case "/v1/operator/autopilot/configuration":
+			serveAutopilotConfiguration(w, r)
+		case "/v1/operator/autopilot/health":
+			serveAutopilotHealth(srv, w, r)
 		default:
 			next.ServeHTTP(w, r)
 		}
@@ -375,6 +379,87 @@ func serveRaftConfiguration(srv *server.Server, w http.ResponseWriter, r *http.R
 	w.Header().Set("X-Consul-Index", fmt.Sprint(max(index, 1)))
 	w.Header().Set("X-Consul-KnownLeader", fmt.Sprint(known))
 	w.Header().Set("X-Consul-LastContact", fmt.Sprint(last.Milliseconds()))
+	json.NewEncoder(w).Encode(out)
+}
+
+// autopilotConfiguration is what GET /v1/operator/autopilot/configuration
+// answers: holdfast's autopilot behaviour, which is fixed, in Consul's
+// terms. A dead server is removed when a new one is promoted
+// (CleanupDeadServers); a new server is promoted once caught up, with no
+// stabilization time; health is judged with Consul's default thresholds.
+var autopilotConfiguration = map[string]any{
+	"CleanupDeadServers":      true,
+	"LastContactThreshold":    server.HealthLastContact.String(),
+	"MaxTrailingLogs":         server.HealthMaxTrailingLogs,
+	"MinQuorum":               0,
+	"ServerStabilizationTime": "0s",
+	"RedundancyZoneTag":       "",
+	"DisableUpgradeMigration": false,
+	"UpgradeVersionTag":       "",
+	"CreateIndex":             0,
+	"ModifyIndex":             0,
+}
+
+func serveAutopilotConfiguration(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, fmt.Sprintf("method %s not allowed: holdfast's autopilot settings are fixed "+
+			"(a dead server is removed when a new one is promoted, and a new server is promoted once its log has caught up); "+
+			"there is nothing to change", r.Method), http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(autopilotConfiguration)
+}
+
+// healthAskTimeout bounds the leader's questions to the followers for their
+// health: a server that cannot say how far its raft is within a second is
+// not healthy, and the answer should not wait on it for longer.
+const healthAskTimeout = time.Second
+
+// serveAutopilotHealth answers the servers' health as the leader judges it
+// (server.AutopilotHealth): 200 when every server is healthy, 429 when
+// one is not, as Consul does.
+func serveAutopilotHealth(srv *server.Server, w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, fmt.Sprintf("method %s not allowed", r.Method), http.StatusMethodNotAllowed)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), healthAskTimeout)
+	defer cancel()
+	h, err := srv.AutopilotHealth(ctx)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	type serverHealth struct {
+		ID, Name, Address, SerfStatus, Version string
+		Leader                                 bool
+		LastContact                            *string
+		LastTerm, LastIndex                    uint64
+		Healthy, Voter                         bool
+		StableSince                            time.Time
+	}
+	out := struct {
+		Healthy          bool
+		FailureTolerance int
+		Servers          []serverHealth
+	}{Healthy: h.Healthy, FailureTolerance: h.FailureTolerance, Servers: []serverHealth{}}
+	for _, s := range h.Servers {
+		sh := serverHealth{ID: s.ID, Name: s.Name, Address: s.Address, SerfStatus: s.SerfStatus, Version: "holdfast",
+			Leader: s.Leader, LastTerm: s.LastTerm, LastIndex: s.LastIndex, Healthy: s.Healthy, Voter: s.Voter,
+			StableSince: s.StableSince.UTC()}
+		if s.LastContact >= 0 {
+			lc := s.LastContact.String()
+			sh.LastContact = &lc
+		}
+		out.Servers = append(out.Servers, sh)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if !h.Healthy {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
 	json.NewEncoder(w).Encode(out)
 }
 
@@ -428,26 +513,19 @@ func peerInCluster(ctx context.Context, m gossip.Member) (bool, error) {
 }
 
 // peerProgress is server.Config.PeerProgress over HTTP: server m's raft
-// term and last log index, from its /v1/agent/self (raft's own stats).
-func peerProgress(ctx context.Context, m gossip.Member) (term, last uint64, err error) {
+// term, last log index and last contact with a leader, from its
+// /v1/agent/self (raft's own stats).
+func peerProgress(ctx context.Context, m gossip.Member) (server.Progress, error) {
 	cl, err := peerClient(m)
 	if err != nil {
-		return 0, 0, err
+		return server.Progress{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, peerTimeout)
 	defer cancel()
 	self, err := cl.Agent().Self(ctx)
 	if err != nil {
-		return 0, 0, err
+		return server.Progress{}, err
 	}
 	stats, _ := self["Stats"]["raft"].(map[string]any)
-	term, err = strconv.ParseUint(fmt.Sprint(stats["term"]), 10, 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("its raft term %v: %v", stats["term"], err)
-	}
-	last, err = strconv.ParseUint(fmt.Sprint(stats["last_log_index"]), 10, 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("its last log index %v: %v", stats["last_log_index"], err)
-	}
-	return term, last, nil
+	return server.ParseProgress(stats)
 }

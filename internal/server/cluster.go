@@ -257,13 +257,13 @@ func (s *Server) promoteCaughtUp(ctx context.Context) {
 		if !ok || m.Status != gossip.StatusAlive {
 			continue
 		}
-		term, last, err := s.peerProgress(ctx, m)
+		p, err := s.peerProgress(ctx, m)
+		term, last := p.Term, p.LastIndex
 		if err != nil {
 			s.log.Debug("cannot ask a non-voter how far its log is", "server", srv.ID, "error", err)
 			continue
 		}
-		myTerm, _ := strconv.ParseUint(s.raft.Stats()["term"], 10, 64)
-		lead := s.raft.LastIndex()
+		myTerm, lead := s.raft.CurrentTerm(), s.raft.LastIndex()
 		if term != myTerm || last+caughtUpEntries < lead {
 			s.log.Debug("non-voter still catching up", "server", srv.ID, "its_last_index", last, "leader_last_index", lead)
 			continue
@@ -309,9 +309,9 @@ func (s *Server) removeReplaced(promoted raft.ServerID, members map[string]gossi
 
 // peerProgress asks server m for its raft term and last log index through
 // Config.PeerProgress; with none set it cannot.
-func (s *Server) peerProgress(ctx context.Context, m gossip.Member) (term, last uint64, err error) {
+func (s *Server) peerProgress(ctx context.Context, m gossip.Member) (Progress, error) {
 	if s.cfg.PeerProgress == nil {
-		return 0, 0, errors.New("no Config.PeerProgress to ask it with")
+		return Progress{}, errors.New("no Config.PeerProgress to ask it with")
 	}
 	return s.cfg.PeerProgress(ctx, m)
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -72,18 +71,17 @@ func (c *testCluster) startIn(name string, mode BootstrapMode, expect int, join 
 			c.mu.Unlock()
 			return s != nil && s.hasConfiguration(), nil
 		},
-		PeerProgress: func(_ context.Context, m gossip.Member) (uint64, uint64, error) {
+		PeerProgress: func(_ context.Context, m gossip.Member) (Progress, error) {
 			c.mu.Lock()
 			s, behind := c.all[m.Name], c.behind[m.Name]
 			c.mu.Unlock()
 			if s == nil {
-				return 0, 0, errors.New("no such server")
+				return Progress{}, errors.New("no such server")
 			}
 			if behind {
-				return 0, 0, nil
+				return Progress{LastContact: -1}, nil
 			}
-			term, err := strconv.ParseUint(s.raft.Stats()["term"], 10, 64)
-			return term, s.raft.LastIndex(), err
+			return s.Progress(), nil
 		},
 	}
 	s, err := New(cfg)

@@ -92,12 +92,13 @@ type Config struct {
 	BootstrapExpect int
 	// PeerInCluster asks a server of the pool whether it is in a cluster
 	// already (a server expecting others bootstraps only if none is), and
-	// PeerProgress asks one for its raft term and last log index (the
-	// leader promotes a non-voter once it has caught up). The agent asks
+	// PeerProgress asks one for its raft term, last log index and last
+	// contact with a leader (the leader promotes a non-voter once it has
+	// caught up, and reports the servers' health). The agent asks
 	// over HTTP; tests ask the servers themselves. Without them a server
 	// never bootstraps with others, and non-voters are never promoted.
 	PeerInCluster func(context.Context, gossip.Member) (bool, error)
-	PeerProgress  func(context.Context, gossip.Member) (term, lastIndex uint64, err error)
+	PeerProgress  func(context.Context, gossip.Member) (Progress, error)
 
 	// OnSelfRegistered, if set, is called, on a goroutine of its own,
 	// each time the leader had to put this server's node back in the
@@ -210,6 +211,9 @@ type Server struct {
 	// acks records the followers' answers to heartbeats, the proof
 	// those checks rest on (leaderproof.go).
 	acks ackTracker
+	// health remembers, for autopilot's health, since when each server
+	// has been as healthy as it is.
+	health healthMemory
 
 	leaderMu     sync.Mutex
 	leaderCancel context.CancelFunc // stops the leader duties of the current term
