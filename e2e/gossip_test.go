@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -277,5 +278,59 @@ func TestGossipJoinErrors(t *testing.T) {
 	}
 	if !strings.Contains(cli.stderr.String(), "joined the gossip pool") {
 		t.Fatalf("client never said it joined:\n%s", tail(cli.stderr.String(), 2048))
+	}
+}
+
+// TestGossipEncrypted: a server started with a key from holdfast keygen
+// says its gossip is encrypted; a client agent given the same key (in a
+// file) joins and serves; one with another key, or none, is refused with
+// a sentence saying why, and the server never lists it.
+func TestGossipEncrypted(t *testing.T) {
+	t.Parallel()
+	if binPath == "" {
+		t.Skip("e2e tests do not run under -short")
+	}
+	keygen := func() string {
+		stdout, stderr, code := runHoldfast(t, "keygen")
+		if code != 0 {
+			t.Fatalf("holdfast keygen: exit %d\n%s", code, stderr)
+		}
+		return strings.TrimSpace(stdout)
+	}
+	key := keygen()
+	srv := launchWith(t, "srv-enc", "-dev", "-server-addr", freeAddr(t), "-serf-addr", "127.0.0.1:0",
+		"-gossip-profile", gossipProfile(), "-encrypt", key)
+	srv.waitReady()
+	srv.waitStdout("(encrypted)")
+	keyFile := filepath.Join(t.TempDir(), "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cl := launchWith(t, "cl-enc", "-server=false", "-data-dir", t.TempDir(), "-serf-addr", "127.0.0.1:0",
+		"-join", srv.gossipAddr(), "-gossip-profile", gossipProfile(), "-encrypt-file", keyFile)
+	cl.waitReady()
+	if _, err := cl.client().KV().Put(&api.KVPair{Key: "enc/k", Value: []byte("v")}, nil); err != nil {
+		t.Fatalf("a write through the client agent with the key: %v", err)
+	}
+
+	for _, c := range []struct {
+		node string
+		args []string
+		why  string
+	}{
+		{"cl-nokey", nil, "the pool there is encrypted and this agent has no key"},
+		{"cl-otherkey", []string{"-encrypt", keygen()}, "the pool there uses another key"},
+	} {
+		a := launchWith(t, c.node, append([]string{"-server=false", "-data-dir", t.TempDir(), "-serf-addr", "127.0.0.1:0",
+			"-join", srv.gossipAddr(), "-gossip-profile", gossipProfile()}, c.args...)...)
+		eventually(t, 20*time.Second, c.node+" says why it cannot join", func() bool {
+			return strings.Contains(a.stderr.String(), c.why)
+		})
+		if rows := membersOf(t, srv); rows[c.node] != "" {
+			t.Errorf("the encrypted pool lists %s: %v", c.node, rows)
+		}
+	}
+	if rows := membersOf(t, srv); rows["cl-enc"] != "alive client" {
+		t.Errorf("members of the encrypted pool: %v", rows)
 	}
 }

@@ -74,6 +74,8 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		gcFloor    = fs.Uint("gc-floor", 8, "MiB the heap may grow by between garbage collections at least, while the live heap is small (0: GOGC alone)")
 		gcBusy     = fs.Uint("gc-floor-busy", 64, "MiB the floor may rise to while the agent is busy: it follows what the agent allocates in a quarter of a second, and is back at -gc-floor within a second of the load ending (at most -gc-floor: a fixed floor)")
 		expect     = fs.Int("bootstrap-expect", 0, "servers to wait for before bootstrapping a cluster of them; 0: bootstrap alone, unless -join is given (then wait to be added by the leader of the pool joined)")
+		encrypt    = fs.String("encrypt", "", "gossip key (base64 of 16, 24 or 32 bytes; holdfast keygen makes one): gossip is encrypted and only agents with the key join the pool")
+		encryptF   = fs.String("encrypt-file", "", "file holding the gossip key, as -encrypt takes it (keeps the key out of the process list)")
 		joins      stringList
 	)
 	fs.Var(&joins, "join", "gossip `address` (host:port) of an agent whose pool to join; may be repeated; retried until it works")
@@ -98,6 +100,9 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 	}
 	gopts, err := parseGossipFlags(*serfAddr, *gossipProf, joins)
 	if err != nil {
+		return &ExitError{Code: 1, Msg: err.Error()}
+	}
+	if gopts.key, err = parseGossipKey(*encrypt, *encryptF); err != nil {
 		return &ExitError{Code: 1, Msg: err.Error()}
 	}
 	if *dev && *dataDir != "" {
@@ -243,9 +248,9 @@ func runAgent(ctx context.Context, stdio Stdio, args []string) error {
 		storage = "durable, in " + dir
 	}
 	fmt.Fprintf(stdio.Out, "holdfast agent running\n  node:    %s\n  http:    http://%s\n  raft:    %s\n  gossip:  %s\n  storage: %s\n  cluster: %s\n",
-		srv.NodeName(), ln.Addr(), srv.RaftAddr(), srv.Gossip().Addr(), storage, clusterDesc)
-	warnExposed(logger, listener{"http", ln.Addr().String()}, listener{"raft", srv.RaftAddr()},
-		listener{"gossip", srv.Gossip().Addr()}, listener{"debug", *debugAddr})
+		srv.NodeName(), ln.Addr(), srv.RaftAddr(), gopts.describe(srv.Gossip().Addr()), storage, clusterDesc)
+	warnExposed(logger, listener{name: "http", addr: ln.Addr().String()}, listener{name: "raft", addr: srv.RaftAddr()},
+		listener{name: "gossip", addr: srv.Gossip().Addr(), guarded: gopts.key != nil}, listener{name: "debug", addr: *debugAddr})
 	fatal := make(chan error, 1) // the name is taken
 	startJoin(ctx, srv.Gossip(), gopts.joins, logger, fatal)
 	// A server that does not lead keeps its node's checks and services

@@ -59,6 +59,7 @@ type command struct {
 var commands = map[string]command{
 	"agent":    {"Run a holdfast agent (a server, or with -server=false a client)", runAgent},
 	"info":     {"Show what the agent says of itself: raft, the state, gossip, runtime", runInfo},
+	"keygen":   {"Make a key for the agents' gossip encryption (-encrypt)", runKeygen},
 	"kv":       {"Interact with the key/value store", runKV},
 	"leave":    {"Make the agent leave its pool gracefully and stop (retires a server)", runLeave},
 	"lock":     {"Execute a command holding a lock", runLock},

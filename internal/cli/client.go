@@ -69,6 +69,16 @@ type gossipOptions struct {
 	bindPort int
 	profile  gossip.Profile
 	joins    []string
+	key      []byte // -encrypt; nil: gossip in the clear
+}
+
+// describe is the gossip address for the agent's banner, saying whether
+// the pool is encrypted.
+func (o gossipOptions) describe(addr string) string {
+	if o.key != nil {
+		return addr + " (encrypted)"
+	}
+	return addr
 }
 
 // parseGossipFlags checks -serf-addr, -gossip-profile and -join, so that a
@@ -102,7 +112,7 @@ func parseGossipFlags(serfAddr, profile string, joins []string) (gossipOptions, 
 
 func (o gossipOptions) config(logger hclog.Logger, tags map[string]string) *gossip.Config {
 	return &gossip.Config{BindAddr: o.bindAddr, BindPort: o.bindPort, Profile: o.profile, Tags: tags,
-		Logger: logger.Named("gossip")}
+		SecretKey: o.key, Logger: logger.Named("gossip")}
 }
 
 // startJoin joins the -join addresses in the background, retrying with
@@ -333,7 +343,8 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 	// the connections, every write of theirs (streamStallTimeout).
 	go func() { errc <- hs.Serve(httpserve.StallConns(ln, streamStallTimeout)) }()
 
-	warnExposed(o.logger, listener{"http", ln.Addr().String()}, listener{"gossip", pool.Addr()})
+	warnExposed(o.logger, listener{name: "http", addr: ln.Addr().String()},
+		listener{name: "gossip", addr: pool.Addr(), guarded: o.gossip.key != nil})
 	jctx, stopJoin := context.WithCancel(ctx)
 	defer stopJoin()
 	// The name is taken: found when joining, or later (guardName).
@@ -349,7 +360,7 @@ func runClientAgent(ctx context.Context, stdio Stdio, o clientOptions) error {
 	}()
 
 	fmt.Fprintf(stdio.Out, "holdfast agent running (client: no raft; requests go to a server learned through gossip)\n  node:    %s\n  http:    http://%s\n  gossip:  %s\n  join:    %s\n",
-		o.node, ln.Addr(), pool.Addr(), strings.Join(o.gossip.joins, ", "))
+		o.node, ln.Addr(), o.gossip.describe(pool.Addr()), strings.Join(o.gossip.joins, ", "))
 	if o.dataDir != "" {
 		fmt.Fprintf(stdio.Out, "  data:    %s (the agent's checks and services)\n", o.dataDir)
 	}

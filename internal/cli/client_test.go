@@ -1,13 +1,16 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -810,5 +813,64 @@ func TestClientAgentLeavesServerWithoutLeader(t *testing.T) {
 	}
 	if a, b, d := hitsA.Load(), hitsB.Load(), hitsDC2.Load(); a != 1 || b != 3 || d != 0 {
 		t.Fatalf("hits: leaderless %d, healthy %d, other datacenter %d; want 1, 3, 0", a, b, d)
+	}
+}
+
+func TestParseGossipKey(t *testing.T) {
+	k32 := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	k16 := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good, empty := write("good", k32+"\n"), write("empty", " \n")
+	for _, c := range []struct {
+		encrypt, file string
+		size          int
+		err           string
+	}{
+		{"", "", 0, ""},
+		{k32, "", 32, ""},
+		{k16, "", 16, ""},
+		{"", good, 32, ""},
+		{k32, good, 0, "with -encrypt or -encrypt-file, not both"},
+		{"not base64!", "", 0, "-encrypt is not base64 (holdfast keygen makes a key)"},
+		{base64.StdEncoding.EncodeToString([]byte("short")), "", 0, "-encrypt decodes to 5 bytes; a gossip key is 16, 24 or 32 bytes"},
+		{"", empty, 0, "the key in -encrypt-file " + empty + " is empty"},
+		{"", filepath.Join(dir, "missing"), 0, "reading -encrypt-file"},
+	} {
+		key, err := parseGossipKey(c.encrypt, c.file)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("parseGossipKey(%q, %q) = %v, want %q", c.encrypt, c.file, err, c.err)
+			}
+			continue
+		}
+		if err != nil || len(key) != c.size {
+			t.Errorf("parseGossipKey(%q, %q) = %d bytes, %v; want %d", c.encrypt, c.file, len(key), err, c.size)
+		}
+	}
+}
+
+// holdfast keygen prints a fresh 32-byte key each time, one -encrypt takes.
+func TestKeygen(t *testing.T) {
+	var keys []string
+	for i := 0; i < 2; i++ {
+		var out, errb bytes.Buffer
+		if err := Run(context.Background(), []string{"keygen"}, Stdio{Out: &out, Err: &errb}); err != nil {
+			t.Fatalf("keygen: %v %s", err, errb.String())
+		}
+		k := strings.TrimSpace(out.String())
+		if key, err := parseGossipKey(k, ""); err != nil || len(key) != 32 {
+			t.Fatalf("keygen printed %q: %d bytes, %v", k, len(key), err)
+		}
+		keys = append(keys, k)
+	}
+	if keys[0] == keys[1] {
+		t.Fatal("keygen printed the same key twice")
 	}
 }

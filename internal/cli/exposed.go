@@ -7,8 +7,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// listener names one of the agent's addresses for exposedWarning.
-type listener struct{ name, addr string }
+// listener names one of the agent's addresses for exposedWarning;
+// guarded is one that admits only its peers (gossip with -encrypt).
+type listener struct {
+	name, addr string
+	guarded    bool
+}
 
 // exposed returns the listeners that other hosts can reach: any address
 // but a loopback one (an empty host or 0.0.0.0 is every interface).
@@ -18,7 +22,7 @@ type listener struct{ name, addr string }
 func exposed(ls []listener) []listener {
 	var out []listener
 	for _, l := range ls {
-		if l.addr == "" { // not listening (no -debug-addr)
+		if l.addr == "" || l.guarded { // not listening (no -debug-addr), or only to peers
 			continue
 		}
 		host, _, err := net.SplitHostPort(l.addr)
@@ -37,8 +41,9 @@ func exposed(ls []listener) []listener {
 }
 
 // warnExposed tells the operator, once at start, that holdfast checks no
-// ACL token and encrypts neither HTTP nor raft nor gossip: whoever reaches
-// one of these addresses can read every key and take every lock.
+// ACL token and encrypts neither HTTP nor raft (nor gossip without
+// -encrypt): whoever reaches one of these addresses can read every key and
+// take every lock.
 func warnExposed(logger hclog.Logger, ls ...listener) {
 	ex := exposed(ls)
 	if len(ex) == 0 {
@@ -48,7 +53,7 @@ func warnExposed(logger hclog.Logger, ls ...listener) {
 	for _, l := range ex {
 		args = append(args, l.name, l.addr)
 	}
-	logger.Warn("listening beyond loopback with no access control: holdfast checks no ACL token and encrypts no traffic, "+
+	logger.Warn("listening beyond loopback with no access control: holdfast checks no ACL token and encrypts no HTTP or raft traffic (gossip only with -encrypt), "+
 		"so anyone who reaches these addresses can read and write every key and take every lock; "+
 		"keep them on a private network or behind a firewall", args...)
 }

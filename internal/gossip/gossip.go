@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -209,7 +210,17 @@ type Config struct {
 	// are failed and not yet reaped. Default: the members tagged
 	// role=server (or role=consul, as Consul's servers are).
 	Anchor func(Member) bool
+	// SecretKey, if set, encrypts and authenticates every gossip message
+	// (AES-GCM, memberlist's keyring): 16, 24 or 32 bytes. A pool with a
+	// key takes no message without it, so only agents given the same key
+	// can join, or declare a member failed or left, which would invalidate
+	// the sessions of its node.
+	SecretKey []byte
 }
+
+// ValidKeySize reports whether n bytes make a gossip key (AES-128, -192
+// or -256).
+func ValidKeySize(n int) bool { return n == 16 || n == 24 || n == 32 }
 
 // isServer is the default Config.Anchor.
 func isServer(m Member) bool { return m.Tags["role"] == "server" || m.Tags["role"] == "consul" }
@@ -236,6 +247,7 @@ type Pool struct {
 	reapAfter time.Duration
 	reconnect time.Duration
 	anchor    func(Member) bool
+	encrypted bool
 	conflict  atomic.Pointer[string] // another agent's address, if it claims our name
 	conflicts chan struct{}          // capacity 1: a conflict was noticed (Conflicts)
 	profile   Profile
@@ -305,6 +317,15 @@ func (c *Config) memberlistConfig() (*memberlist.Config, error) {
 		mc.DeadNodeReclaimTime = 500 * time.Millisecond
 	default:
 		return nil, fmt.Errorf("gossip: unknown profile %q: use lan or fast", c.Profile)
+	}
+	if c.SecretKey != nil {
+		if !ValidKeySize(len(c.SecretKey)) {
+			return nil, fmt.Errorf("gossip: a key is 16, 24 or 32 bytes, not %d", len(c.SecretKey))
+		}
+		// Both on by default; set here so that no later default can
+		// let plaintext in.
+		mc.SecretKey = slices.Clone(c.SecretKey)
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
 	mc.Name = c.Name
 	mc.BindAddr = c.BindAddr
@@ -396,7 +417,8 @@ func New(cfg Config) (*Pool, error) {
 	p.ml = ml
 	p.wg.Add(1)
 	go p.maintain()
-	p.log.Info("gossip pool started", "name", cfg.Name, "addr", p.Addr(), "profile", string(cfg.Profile))
+	p.encrypted = cfg.SecretKey != nil
+	p.log.Info("gossip pool started", "name", cfg.Name, "addr", p.Addr(), "profile", string(cfg.Profile), "encrypted", p.encrypted)
 	return p, nil
 }
 
@@ -411,6 +433,10 @@ func (p *Pool) Addr() string {
 
 // Profile is the pool's failure-detector profile.
 func (p *Pool) Profile() Profile { return p.profile }
+
+// Encrypted reports whether the pool's messages are encrypted (a key was
+// given).
+func (p *Pool) Encrypted() bool { return p.encrypted }
 
 // Timing reports the failure detector's timing.
 func (p *Pool) Timing() Timing { return p.timing }
@@ -606,6 +632,12 @@ func explain(err error, timeout time.Duration) string {
 		return "the network is unreachable from here"
 	case strings.Contains(s, "i/o timeout"), strings.Contains(s, "timeout"):
 		return fmt.Sprintf("no answer within %v (wrong address, or a firewall dropping packets?)", timeout)
+	case strings.Contains(s, "remote state is encrypted and encryption is not configured"):
+		return "the pool there is encrypted and this agent has no key (give it the pool's key with -encrypt)"
+	case strings.Contains(s, "encryption is configured but remote state is not encrypted"):
+		return "the pool there is not encrypted and this agent has a key (give every agent of the pool the same -encrypt key, or none)"
+	case strings.Contains(s, "no installed keys could decrypt"):
+		return "the pool there uses another key (every agent of a pool needs the same -encrypt key)"
 	}
 	// Unknown: give memberlist's own words, without its list framing.
 	s = strings.TrimSpace(strings.TrimPrefix(s, "1 error occurred:"))

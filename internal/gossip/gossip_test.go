@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -461,5 +462,50 @@ func TestNewErrors(t *testing.T) {
 	}
 	if p, err := ParseProfile(""); err != nil || p != ProfileLAN {
 		t.Fatalf("default profile: %v %v", p, err)
+	}
+}
+
+// TestEncryptedPool: agents with the same key join and hear each other;
+// an agent with another key, or none, cannot join, and is never heard of
+// by the encrypted ones; a key of the wrong size is refused.
+func TestEncryptedPool(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	withKey := func(k []byte) func(*Config) { return func(c *Config) { c.SecretKey = k } }
+	a := newPool(t, "a", nil, withKey(key))
+	b := newPool(t, "b", nil, withKey(slices.Clone(key)))
+	if !a.Encrypted() || !b.Encrypted() {
+		t.Fatal("pools given a key say they are not encrypted")
+	}
+	if n, err := b.Join([]string{a.Addr()}); err != nil || n != 1 {
+		t.Fatalf("b joins a with the same key: %d %v", n, err)
+	}
+	a.waitEvent(t, EventJoin, "b")
+
+	other := []byte("fedcba9876543210fedcba9876543210")
+	for _, c := range []struct {
+		name string
+		key  []byte
+		why  string
+	}{
+		{"wrongkey", other, "the pool there uses another key"},
+		{"nokey", nil, "the pool there is encrypted and this agent has no key"},
+	} {
+		p := newPool(t, c.name, nil, withKey(c.key))
+		if n, err := p.Join([]string{a.Addr()}); err == nil || n != 0 || !strings.Contains(err.Error(), c.why) {
+			t.Errorf("%s joins an encrypted pool: %d %v, want an error saying %q", c.name, n, err, c.why)
+		}
+		if _, ok := a.Member(c.name); ok {
+			t.Errorf("the encrypted pool took in %s", c.name)
+		}
+	}
+	if len(a.Members()) != 2 {
+		t.Fatalf("a's members: %+v", a.Members())
+	}
+	plain := newPool(t, "plain", nil, nil)
+	if _, err := b.Join([]string{plain.Addr()}); err == nil || !strings.Contains(err.Error(), "the pool there is not encrypted and this agent has a key") {
+		t.Errorf("an agent with a key joins a plain pool: %v", err)
+	}
+	if _, err := New(Config{Name: "c", SecretKey: []byte("short")}); err == nil || !strings.Contains(err.Error(), "16, 24 or 32 bytes, not 5") {
+		t.Fatalf("a 5-byte key: %v", err)
 	}
 }
