@@ -179,8 +179,11 @@ func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // maxResendBody is the largest request body kept in memory so that the
-// request can be sent again; api.Transport's limit too.
-const maxResendBody = 64 << 10
+// request can be sent again: 1 MiB, above every write the API takes (a
+// value or a transaction is at most 512 KiB, 683 KiB as base64 in a
+// transaction's JSON), so that any write whose connection failed is sent
+// again. A larger body (a snapshot's archive) streams through once.
+const maxResendBody = 1 << 20
 
 // resendable reads r's body into memory if it is small, so that r can be
 // sent again, and returns the function that puts the body back before

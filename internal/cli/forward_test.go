@@ -267,4 +267,16 @@ func TestForwardSendsAgainWhenTheConnectionFails(t *testing.T) {
 	if g, _ := got.Load().(string); g != "PUT hello" || hits.Load() != 1 {
 		t.Fatalf("the live server got %q in %d requests, want PUT hello once", g, hits.Load())
 	}
+	// A value of the largest size a key takes (512 KiB), past what the
+	// forwarding transport sends in one write, is kept whole too.
+	c.mu.Lock()
+	c.last, c.skip = "", "" // a is asked first again
+	c.mu.Unlock()
+	big := strings.Repeat("v", 512<<10)
+	if code, body := do(t, "PUT", hs.URL+"/v1/kv/big", big); code != 200 || body != "true" {
+		t.Fatalf("a 512 KiB write whose first server refused the connection: %d %q", code, body)
+	}
+	if g, _ := got.Load().(string); g != "PUT "+big || hits.Load() != 2 {
+		t.Fatalf("the live server got %d bytes in %d requests, want the 512 KiB value once more", len(g), hits.Load())
+	}
 }
