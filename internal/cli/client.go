@@ -591,21 +591,10 @@ type clientAgent struct {
 	// stopping, if set, is done when the agent shuts down: forwarded
 	// blocking queries end then.
 	stopping context.Context
-	// pick, if set, chooses the server to forward to instead of the
-	// pool's live servers (a follower server forwards to its leader),
-	// and noServer is what a request is answered when it finds none.
-	pick     func() (string, bool)
-	noServer string
-	// who names this agent in a failed forward's answer.
-	who string
-
-	// movedFrom, if set, says whether a server forwards wait on has
-	// stopped being the one to ask (a follower's leader no longer leads);
-	// nil means the pool's test: it holds the server failed, or gone,
-	// while another is alive. movedWords says that in an answer.
-	movedFrom  func(target string) bool
-	movedWords string
-	watch      targetWatch
+	// route is where the forwards go: the pool's servers (poolRoute),
+	// or, for a server that does not lead, its leader (leaderRoute).
+	route forwardRoute
+	watch targetWatch
 
 	mu   sync.Mutex
 	last string // the server's HTTP address used last
@@ -614,7 +603,8 @@ type clientAgent struct {
 
 func newClientAgent(node, dc, httpAddr string, pool poolView, logger hclog.Logger) *clientAgent {
 	c := &clientAgent{node: node, dc: dc, httpAddr: httpAddr, pool: pool, log: logger.Named("client"),
-		forwardBound: forwardBound, movedWords: "was declared failed by the gossip pool"}
+		forwardBound: forwardBound}
+	c.route = c.poolRoute()
 	c.proxy = &httputil.ReverseProxy{
 		Transport: forwardTransport,
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -72,21 +72,29 @@ func newLeaderRouter(srv *server.Server, local http.Handler, httpAddr string, lo
 		pool = p
 	}
 	fwd := newClientAgent(srv.NodeName(), srv.Datacenter(), httpAddr, pool, logger)
-	fwd.pick = func() (string, bool) { return leaderHTTP(srv) }
-	fwd.noServer = server.ErrNoLeader.Error()
-	fwd.who = "holdfast server " + srv.NodeName() + " (not the leader)"
-	// A forward waiting on a leader that no longer leads (frozen, or cut
-	// off from this server) is given up once another leader is known, or
-	// this server leads.
-	fwd.movedFrom = func(target string) bool {
-		if srv.IsLeader() {
-			return true
-		}
-		a, _ := leaderHTTP(srv)
-		return a != "" && a != target
-	}
-	fwd.movedWords = "lost the leadership"
+	fwd.route = leaderRoute(srv)
 	return &leaderRouter{srv: srv, local: local, fwd: fwd, clk: clock.Real()}
+}
+
+// leaderRoute is a follower server's route: its leader. Forwards waiting
+// on a leader that no longer leads (frozen, or cut off from this server)
+// are given up once another leader is known, or this server leads.
+func leaderRoute(srv *server.Server) forwardRoute {
+	return forwardRoute{
+		pick: func() (string, bool) { return leaderHTTP(srv) },
+		moved: func() func(string) bool {
+			return func(target string) bool {
+				if srv.IsLeader() {
+					return true
+				}
+				a, _ := leaderHTTP(srv)
+				return a != "" && a != target
+			}
+		},
+		noServer:   server.ErrNoLeader.Error(),
+		who:        "holdfast server " + srv.NodeName() + " (not the leader)",
+		movedWords: "lost the leadership",
+	}
 }
 
 func (l *leaderRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {

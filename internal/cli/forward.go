@@ -54,6 +54,41 @@ var (
 	errNoAnswer    = errors.New("no answer in time")
 )
 
+// forwardRoute is where an agent's forwards go, and what its answers say.
+type forwardRoute struct {
+	// pick chooses the server to forward to, and says whether it is held
+	// alive; "" when there is none.
+	pick func() (addr string, live bool)
+	// moved gives, for one look of watchTargets, the test of whether a
+	// server forwards wait on has stopped being the one to ask.
+	moved func() func(target string) bool
+	// noServer answers a request that finds no server; who names the
+	// agent in a failed forward's answer; movedWords says why forwards
+	// to a server were given up.
+	noServer, who, movedWords string
+	// setsAside: a server that answers "No cluster leader" is set aside,
+	// so that the next request goes to another (see noteNoLeader).
+	setsAside bool
+}
+
+// poolRoute is a client agent's route: a live server of its datacenter
+// from the gossip pool (pickPoolServer). A server forwards wait on has
+// stopped being the one to ask once the pool holds it failed, or has
+// forgotten it, while another is alive.
+func (c *clientAgent) poolRoute() forwardRoute {
+	return forwardRoute{
+		pick: c.pickPoolServer,
+		moved: func() func(string) bool {
+			alive, _ := c.poolServers()
+			return func(t string) bool { return len(alive) > 0 && !slices.Contains(alive, t) }
+		},
+		noServer:   "No known Consul servers", // Consul's words
+		who:        "holdfast client agent",
+		movedWords: "was declared failed by the gossip pool",
+		setsAside:  true,
+	}
+}
+
 // forwarding is one forward under way, carried in its request's context.
 type forwarding struct {
 	target    *url.URL
@@ -147,7 +182,7 @@ func smallAnswer(r *http.Request) bool {
 // server had been taken out of its cluster). The answer itself goes back
 // to the caller, who retries.
 func (c *clientAgent) noteNoLeader(resp *http.Response) {
-	if c.pick != nil || resp.StatusCode != http.StatusInternalServerError || resp.ContentLength < 0 || resp.ContentLength > 256 {
+	if !c.route.setsAside || resp.StatusCode != http.StatusInternalServerError || resp.ContentLength < 0 || resp.ContentLength > 256 {
 		return
 	}
 	b, err := io.ReadAll(resp.Body)
@@ -260,14 +295,10 @@ func (c *clientAgent) answerHere(w http.ResponseWriter, r *http.Request) bool {
 // mayResend (r's body, if any, can be had again): the caller then sends
 // it again.
 func (c *clientAgent) forward(w http.ResponseWriter, r *http.Request, mayRetry, mayResend bool) (retry, unsent bool) {
-	srv, live := c.pickServer()
+	srv, live := c.route.pick()
 	if srv == "" {
-		// Consul's words, and a 500 so that clients retry.
-		msg := "No known Consul servers"
-		if c.noServer != "" {
-			msg = c.noServer
-		}
-		http.Error(w, msg, http.StatusInternalServerError)
+		// A 500, so that clients retry.
+		http.Error(w, c.route.noServer, http.StatusInternalServerError)
 		return false, false
 	}
 	f := &forwarding{target: &url.URL{Scheme: "http", Host: srv}, caller: r.Context(),
@@ -352,22 +383,19 @@ func localAgentPath(path string) bool {
 	return strings.HasPrefix(path, "/v1/agent/check/") || strings.HasPrefix(path, "/v1/agent/service/")
 }
 
-// server picks the HTTP address of a live server: the one used last while
-// it is alive and has not failed a forward, else the first other one by
-// name. With no live server it tries the failed ones (a restarted server
-// answers HTTP before the pool has seen it again). "" if the pool knows no
-// server at all.
+// server is the HTTP address of the server the next forward goes to; ""
+// if there is none.
 func (c *clientAgent) server() string {
-	srv, _ := c.pickServer()
+	srv, _ := c.route.pick()
 	return srv
 }
 
-// pickServer is server, and also says whether the pool holds the server
-// alive (false: a failed one, tried for want of any other).
-func (c *clientAgent) pickServer() (string, bool) {
-	if c.pick != nil {
-		return c.pick()
-	}
+// pickPoolServer picks the HTTP address of a live server: the one used
+// last while it is alive and has not failed a forward, else the first
+// other one by name. With no live server it tries the failed ones (a
+// restarted server answers HTTP before the pool has seen it again), and
+// says so (live false). "" if the pool knows no server at all.
+func (c *clientAgent) pickPoolServer() (string, bool) {
 	alive, failed := c.poolServers()
 	cands, live := alive, true
 	if len(cands) == 0 {
@@ -423,10 +451,7 @@ func (c *clientAgent) forwardFailed(w http.ResponseWriter, r *http.Request, err 
 	c.mu.Lock()
 	c.skip = target
 	c.mu.Unlock()
-	who := c.who
-	if who == "" {
-		who = "holdfast client agent"
-	}
+	who := c.route.who
 	var oe *net.OpError
 	switch cause := context.Cause(r.Context()); {
 	case cause == nil && f.mayResend && errors.As(err, &oe) && oe.Op == "dial":
@@ -443,7 +468,7 @@ func (c *clientAgent) forwardFailed(w http.ResponseWriter, r *http.Request, err 
 	case errors.Is(cause, errTargetMoved):
 		c.log.Warn("a server stopped being the one to ask before it answered a forwarded write", "server", target, "path", r.URL.Path)
 		http.Error(w, fmt.Sprintf("%s: the server at %s %s before it answered; the request may or may not have been applied",
-			who, target, c.movedWords), http.StatusInternalServerError)
+			who, target, c.route.movedWords), http.StatusInternalServerError)
 		return
 	case errors.Is(cause, errNoAnswer):
 		err = errNoAnswer
@@ -529,14 +554,10 @@ func (c *clientAgent) checkTargets() {
 	if len(busy) == 0 {
 		return
 	}
-	moved := c.movedFrom
-	if moved == nil {
-		alive, _ := c.poolServers()
-		moved = func(t string) bool { return len(alive) > 0 && !slices.Contains(alive, t) }
-	}
+	moved := c.route.moved()
 	for _, t := range busy {
 		if moved(t) {
-			c.log.Info("giving up the forwards waiting on a server that stopped being the one to ask", "server", t, "why", c.movedWords)
+			c.log.Info("giving up the forwards waiting on a server that stopped being the one to ask", "server", t, "why", c.route.movedWords)
 			c.watch.drop(t)
 		}
 	}

@@ -173,10 +173,13 @@ func TestForwardGivesUpOnDeposedLeader(t *testing.T) {
 	var leader atomic.Value
 	leader.Store(a.Listener.Addr().String())
 	c := newClientAgent("f1", "dc1", "x", fakePool{}, hclog.NewNullLogger())
-	c.pick = func() (string, bool) { return leader.Load().(string), true }
-	c.movedFrom = func(target string) bool { l := leader.Load().(string); return l != "" && l != target }
-	c.movedWords = "lost the leadership"
-	c.who = "holdfast server f1 (not the leader)"
+	c.route = forwardRoute{
+		pick: func() (string, bool) { return leader.Load().(string), true },
+		moved: func() func(string) bool {
+			return func(target string) bool { l := leader.Load().(string); return l != "" && l != target }
+		},
+		noServer: "No cluster leader", who: "holdfast server f1 (not the leader)", movedWords: "lost the leadership",
+	}
 	clk := clocktest.NewFake(time.Unix(1e9, 0))
 	go c.watchTargets(ctx, clk)
 	hs := httptest.NewServer(c)
