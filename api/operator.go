@@ -178,3 +178,26 @@ func (o *Operator) AutopilotServerHealth(ctx context.Context, q *QueryOptions) (
 	}
 	return out, nil
 }
+
+// RaftLeaderTransfer hands the leadership to the server with raft ID id
+// (its node name), or, with id empty, to the most up-to-date follower. It
+// returns once the leader has stepped down for it.
+func (o *Operator) RaftLeaderTransfer(ctx context.Context, id string, q *QueryOptions) (*TransferLeaderResponse, error) {
+	r := o.c.newRequest(http.MethodPost, "/v1/operator/raft/transfer-leader")
+	if id != "" {
+		r.params.Set("id", id)
+	}
+	if err := o.c.setQueryOptions(r, q); err != nil {
+		return nil, err
+	}
+	var out TransferLeaderResponse
+	if _, err := o.c.write(ctx, r, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// TransferLeaderResponse is the answer to RaftLeaderTransfer.
+type TransferLeaderResponse struct {
+	Success bool
+}

@@ -5,13 +5,16 @@
 # Builds holdfast, starts three durable servers on loopback (free ports,
 # data in a temporary directory, -bootstrap-expect 3, the default lan
 # gossip profile and raft timing), then N times: sends the leader a signal
-# (SIGKILL, or with -s TERM a SIGTERM: an agent stopping on purpose), times
-# from the signal to the first PUT answered "true" through a survivor (a
-# PUT every 10 ms, each bounded at 2 s), and restarts the stopped server on
-# its data directory. Prints each time and the median.
+# (SIGKILL, or with -s TERM a SIGTERM: an agent stopping on purpose; with
+# -s TRANSFER no signal but POST /v1/operator/raft/transfer-leader, an
+# operator moving the leadership before maintenance), times from then to
+# the first PUT answered "true" through another server (a PUT every 10 ms,
+# each bounded at 2 s), and restarts the stopped server on its data
+# directory. Prints each time and the median.
 #
 #   bench/failover.sh            # 8 kills
 #   bench/failover.sh -n 20 -s TERM
+#   bench/failover.sh -s TRANSFER
 #   HOLDFAST_BIN=/path/to/holdfast bench/failover.sh   # a binary built elsewhere
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +26,7 @@ while getopts "n:s:h" o; do
 	case $o in
 	n) N=$OPTARG ;;
 	s) SIG=$OPTARG ;;
-	*) sed -n '2,15p' "$0"; exit 2 ;;
+	*) sed -n '2,18p' "$0"; exit 2 ;;
 	esac
 done
 command -v curl >/dev/null || { echo "failover.sh: needs curl" >&2; exit 1; }
@@ -107,7 +110,11 @@ for k in $(seq 1 "$N"); do
 	l=$(leader)
 	[[ -n $l ]] || { echo "failover.sh: no leader" >&2; exit 1; }
 	s=$((l % 3 + 1))
-	kill -s "$SIG" "${PID[$l]}"
+	if [[ $SIG == TRANSFER ]]; then
+		curl -s -m 10 -o /dev/null -X POST "http://${HTTP[$l]}/v1/operator/raft/transfer-leader" &
+	else
+		kill -s "$SIG" "${PID[$l]}"
+	fi
 	t0=$(date +%s%N)
 	n=0
 	until [[ $(curl -s -m 2 -X PUT "http://${HTTP[$s]}/v1/kv/failover" -d "$k" 2>/dev/null) == true ]]; do
@@ -117,9 +124,14 @@ for k in $(seq 1 "$N"); do
 	t1=$(date +%s%N)
 	ms=$(((t1 - t0) / 1000000))
 	TIMES+=("$ms")
+	if [[ $SIG == TRANSFER ]]; then
+		wait
+		echo "stop $k: leader server$l asked to hand the leadership over; a write through server$s answered after $ms ms ($n refused)"
+		continue
+	fi
 	echo "stop $k: leader server$l sent SIG$SIG; a write through server$s answered after $ms ms ($n refused)"
 	while kill -0 "${PID[$l]}" 2>/dev/null; do sleep 0.05; done
 	start "$l"
 	ready
 done
-printf '%s\n' "${TIMES[@]}" | sort -n | awk '{a[NR]=$1} END {m = (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "failover over %d stops (SIG'"$SIG"'): min %d ms, median %d ms, max %d ms\n", NR, a[1], m, a[NR]}'
+printf '%s\n' "${TIMES[@]}" | sort -n | awk '{a[NR]=$1} END {m = (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "failover over %d stops ('"$SIG"'): min %d ms, median %d ms, max %d ms\n", NR, a[1], m, a[NR]}'

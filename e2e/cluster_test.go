@@ -892,7 +892,7 @@ func TestClusterOperatorHelp(t *testing.T) {
 	if binPath == "" {
 		t.Skip("e2e tests do not run under -short")
 	}
-	for _, sub := range []string{"raft list-peers", "raft remove-peer", "autopilot get-config", "autopilot health"} {
+	for _, sub := range []string{"raft list-peers", "raft remove-peer", "raft transfer-leader", "autopilot get-config", "autopilot health"} {
 		stdout, stderr, code := runHoldfast(t, append(append([]string{"operator"}, strings.Fields(sub)...), "-h")...)
 		if want := "Usage: holdfast operator " + sub + " [options]"; code != 0 || !strings.Contains(stdout+stderr, want) {
 			t.Errorf("holdfast operator %s -h: exit %d, want 0 and %q\nstdout:\n%s\nstderr:\n%s", sub, code, want, stdout, stderr)
@@ -1206,5 +1206,36 @@ func TestClusterAutopilotHealth(t *testing.T) {
 	if err := op.AutopilotSetConfiguration(conf, nil); err == nil || !strings.Contains(err.Error(), "405") ||
 		!strings.Contains(err.Error(), "settings are fixed") {
 		t.Fatalf("setting the autopilot configuration: %v, want a 405 saying the settings are fixed", err)
+	}
+}
+
+// TestClusterTransferLeader: Consul's client hands the leadership to the
+// follower it names, through another server; the CLI then hands it on to
+// whichever follower is most up to date, saying which, and refuses a
+// server that does not exist with the reason.
+func TestClusterTransferLeader(t *testing.T) {
+	t.Parallel()
+	servers, leader := startCluster(t, 3)
+	followers := others(servers, leader)
+	target, via := followers[0], followers[1]
+	resp, err := via.client(t).Operator().RaftLeaderTransfer(target.node, nil)
+	if err != nil || resp == nil || !resp.Success {
+		t.Fatalf("transfer to %s through %s: %+v %v", target.node, via.node, resp, err)
+	}
+	if got := waitLeader(t, servers, 10*time.Second); got != target {
+		t.Fatalf("after the transfer to %s, %s leads", target.node, got.node)
+	}
+
+	stdout, stderr, code := runHoldfast(t, "operator", "raft", "transfer-leader", "-http-addr", target.httpAddr)
+	m := regexp.MustCompile(`^Success! Leadership transferred to (\S+)\n$`).FindStringSubmatch(stdout)
+	if code != 0 || m == nil || m[1] == target.node {
+		t.Fatalf("holdfast operator raft transfer-leader from %s: exit %d\n%s%s", target.node, code, stdout, stderr)
+	}
+	if got := waitLeader(t, servers, 10*time.Second); got.node != m[1] {
+		t.Errorf("the CLI said %s leads; %s does", m[1], got.node)
+	}
+	stdout, stderr, code = runHoldfast(t, "operator", "raft", "transfer-leader", "-id", "nosuch", "-http-addr", target.httpAddr)
+	if code != 1 || !strings.Contains(stderr, `no server with ID "nosuch"`) || !strings.Contains(stderr, "404") {
+		t.Errorf("transfer to a server that does not exist: exit %d\n%s%s", code, stdout, stderr)
 	}
 }

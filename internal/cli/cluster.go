@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -332,9 +333,9 @@ func waitForClusterLeader(ctx context.Context, srv *server.Server) error {
 	return ctx.Err()
 }
 
-// withOperatorRoutes serves /v1/operator/raft/configuration,
-// /v1/operator/raft/peer and /v1/operator/autopilot/{configuration,health}
-// from srv, and passes the rest to next.
+// withOperatorRoutes serves /v1/operator/raft/{configuration,peer,
+// transfer-leader} and /v1/operator/autopilot/{configuration,health} from
+// srv, and passes the rest to next.
 func withOperatorRoutes(srv *server.Server, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -342,6 +343,8 @@ func withOperatorRoutes(srv *server.Server, next http.Handler) http.Handler {
 			serveRaftConfiguration(srv, w, r)
 		case "/v1/operator/raft/peer":
 			serveRemovePeer(srv, w, r)
+		case "/v1/operator/raft/transfer-leader":
+			serveTransferLeader(srv, w, r)
 		case "/v1/operator/autopilot/configuration":
 			serveAutopilotConfiguration(w, r)
 		case "/v1/operator/autopilot/health":
@@ -491,6 +494,32 @@ func serveRemovePeer(srv *server.Server, w http.ResponseWriter, r *http.Request)
 		http.Error(w, strings.TrimPrefix(err.Error(), "server: "), http.StatusNotFound)
 	case errors.Is(err, server.ErrRemoveLeader):
 		http.Error(w, strings.TrimPrefix(err.Error(), "server: "), http.StatusConflict)
+	default:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+// serveTransferLeader hands the leadership to ?id, or to the most
+// up-to-date follower (server.TransferLeadershipTo), and answers
+// {"Success":true} as Consul does.
+func serveTransferLeader(srv *server.Server, w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost && r.Method != http.MethodPut {
+		w.Header().Set("Allow", "POST, PUT")
+		http.Error(w, fmt.Sprintf("method %s not allowed", r.Method), http.StatusMethodNotAllowed)
+		return
+	}
+	err := srv.TransferLeadershipTo(r.URL.Query().Get("id"))
+	msg := func() string { return strings.TrimPrefix(err.Error(), "server: ") }
+	switch {
+	case err == nil:
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"Success":true}`+"\n")
+	case errors.Is(err, server.ErrNoSuchPeer):
+		http.Error(w, msg(), http.StatusNotFound)
+	case errors.Is(err, server.ErrTransferToSelf), errors.Is(err, server.ErrTransferNonVoter):
+		http.Error(w, msg(), http.StatusBadRequest)
+	case errors.Is(err, server.ErrNoOtherVoter), errors.Is(err, server.ErrTransferInProgress):
+		http.Error(w, msg(), http.StatusConflict)
 	default:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	}

@@ -110,3 +110,51 @@ func TestParseProgress(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterTransferLeadershipTo: the leader hands the leadership to the
+// follower named, then (no name) to the most up-to-date one; the requests
+// that cannot be done are refused with their reasons, and a follower
+// refuses with ErrNoLeader (its router forwards to the leader).
+func TestClusterTransferLeadershipTo(t *testing.T) {
+	c := newTestCluster(t)
+	servers, leader := c.startThree()
+	var target *Server
+	for _, s := range servers {
+		if s != leader {
+			target = s
+			if err := s.TransferLeadershipTo(""); !errors.Is(err, ErrNoLeader) {
+				t.Errorf("transfer asked of follower %s: %v, want ErrNoLeader", s.NodeName(), err)
+			}
+			break
+		}
+	}
+	for _, cs := range []struct {
+		id   string
+		want error
+	}{{"nosuch", ErrNoSuchPeer}, {leader.NodeName(), ErrTransferToSelf}} {
+		if err := leader.TransferLeadershipTo(cs.id); !errors.Is(err, cs.want) {
+			t.Errorf("transfer to %q: %v, want %v", cs.id, err, cs.want)
+		}
+	}
+	if err := leader.TransferLeadershipTo(target.NodeName()); err != nil {
+		t.Fatalf("transfer to %s: %v", target.NodeName(), err)
+	}
+	gaWait(t, 10*time.Second, target.NodeName()+" leads", target.IsLeader)
+	if err := target.TransferLeadershipTo(""); err != nil {
+		t.Fatalf("transfer from %s to any follower: %v", target.NodeName(), err)
+	}
+	gaWait(t, 10*time.Second, "another server leads", func() bool {
+		for _, s := range servers {
+			if s != target && s.IsLeader() {
+				return true
+			}
+		}
+		return false
+	})
+
+	solo := c.start("solo", BootstrapAlone, 0, nil)
+	gaWait(t, 10*time.Second, "solo leads", solo.IsLeader)
+	if err := solo.TransferLeadershipTo(""); !errors.Is(err, ErrNoOtherVoter) {
+		t.Errorf("transfer asked of a lone server: %v, want ErrNoOtherVoter", err)
+	}
+}

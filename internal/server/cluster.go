@@ -448,6 +448,71 @@ func (s *Server) TransferLeadership(timeout time.Duration) error {
 	}
 }
 
+// Errors of TransferLeadershipTo.
+var (
+	// ErrTransferToSelf: the server named already leads.
+	ErrTransferToSelf = errors.New("server: the server named is the leader already")
+	// ErrTransferNonVoter: the server named does not vote, so it cannot lead.
+	ErrTransferNonVoter = errors.New("server: the server named is not a voter (it is still catching up), so it cannot lead")
+	// ErrNoOtherVoter: this server is the only voter.
+	ErrNoOtherVoter = errors.New("server: this server is the only voter: there is no other server to hand the leadership to")
+	// ErrTransferInProgress: a leadership transfer is under way already.
+	ErrTransferInProgress = errors.New("server: a leadership transfer is under way already")
+)
+
+// TransferLeadershipTo hands the leadership to the voter with raft ID id,
+// or, with id empty, to the most up-to-date follower, and returns once
+// the other server has been told to stand for election and this one has
+// stepped down (raft gives up after an election timeout). Only the leader
+// can; others return ErrNoLeader. Operators use it before maintenance
+// (Consul's transfer-leader).
+func (s *Server) TransferLeadershipTo(id string) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	if s.soleVoter() {
+		return ErrNoOtherVoter
+	}
+	var f raft.Future
+	if id == "" {
+		f = s.raft.LeadershipTransfer()
+	} else {
+		cf := s.raft.GetConfiguration()
+		if err := cf.Error(); err != nil {
+			return fmt.Errorf("server: reading the raft configuration: %w", err)
+		}
+		var target *raft.Server
+		for _, srv := range cf.Configuration().Servers {
+			if string(srv.ID) == id {
+				target = &srv
+				break
+			}
+		}
+		switch {
+		case target == nil:
+			return fmt.Errorf("%w: no server with ID %q", ErrNoSuchPeer, id)
+		case id == s.cfg.NodeName:
+			return fmt.Errorf("%w (%s)", ErrTransferToSelf, id)
+		case target.Suffrage != raft.Voter:
+			return fmt.Errorf("%w (%s)", ErrTransferNonVoter, id)
+		}
+		f = s.raft.LeadershipTransferToServer(target.ID, target.Address)
+	}
+	s.log.Info("handing the leadership over, as an operator asked", "to", id)
+	if err := f.Error(); err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost):
+			return ErrNoLeader
+		case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return ErrTransferInProgress
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return ErrShuttingDown
+		}
+		return fmt.Errorf("server: handing over the leadership: %w", err)
+	}
+	return nil
+}
+
 // peersFile, in the data directory's raft directory, asks a server to
 // recover its cluster's configuration at start (Consul's peers.json).
 const peersFile = "peers.json"
