@@ -1218,12 +1218,75 @@ func TestClusterTransferLeader(t *testing.T) {
 	servers, leader := startCluster(t, 3)
 	followers := others(servers, leader)
 	target, via := followers[0], followers[1]
+	// Writers through the old leader and a follower, all through the
+	// transfer, each write to a key of its own. None sent through the
+	// follower may be refused: the old leader holds what arrives while it
+	// hands over, and the follower sends again what the old leader
+	// refused for want of a leader. A write the old leader was already
+	// applying when the transfer began is refused "No cluster leader";
+	// such a write must not have been applied.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	answered := map[string]string{} // key -> "true", or the refusal
+	for i, s := range []*clusterServer{leader, via, leader, via} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("transfer/%s/%d/%d", s.node, i, k)
+				code, body, _, err := rawPut(ctxTimeout(t, 20*time.Second), "http://"+s.httpAddr, "/v1/kv/"+key, "x")
+				a := "true"
+				if err != nil || code != 200 || body != "true" {
+					a = fmt.Sprintf("%d %q %v", code, body, err)
+				}
+				mu.Lock()
+				answered[key] = a
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // the writers under way
 	resp, err := via.client(t).Operator().RaftLeaderTransfer(target.node, nil)
 	if err != nil || resp == nil || !resp.Success {
 		t.Fatalf("transfer to %s through %s: %+v %v", target.node, via.node, resp, err)
 	}
 	if got := waitLeader(t, servers, 10*time.Second); got != target {
 		t.Fatalf("after the transfer to %s, %s leads", target.node, got.node)
+	}
+	time.Sleep(200 * time.Millisecond) // writes after the transfer too
+	close(stop)
+	wg.Wait()
+	keys, _, err := target.client(t).KV().Keys("transfer/", "", &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := map[string]bool{}
+	for _, k := range keys {
+		stored[k] = true
+	}
+	refusedAt := map[string]int{}
+	for key, a := range answered {
+		switch {
+		case a == "true" && !stored[key]:
+			t.Errorf("%s answered true, not stored", key)
+		case a == "true":
+		case a != `500 "No cluster leader" <nil>`:
+			t.Errorf("%s: %s, want true or a refusal for want of a leader", key, a)
+		case stored[key]:
+			t.Errorf("%s refused %s, yet stored", key, a)
+		default:
+			refusedAt[strings.Split(key, "/")[1]]++
+		}
+	}
+	t.Logf("%d writes during the transfer; refused, none applied: %v", len(answered), refusedAt)
+	if refusedAt[via.node] > 0 {
+		t.Errorf("%d writes through the follower %s refused during the transfer", refusedAt[via.node], via.node)
 	}
 
 	stdout, stderr, code := runHoldfast(t, "operator", "raft", "transfer-leader", "-http-addr", target.httpAddr)

@@ -620,6 +620,9 @@ func newClientAgent(node, dc, httpAddr string, pool poolView, logger hclog.Logge
 			f := resp.Request.Context().Value(forwardKey{}).(*forwarding)
 			f.headerDue.Stop()
 			f.unwatch()
+			if c.route.resendsNoLeader && f.mayResend && isNoLeader(resp) {
+				return errNoLeader // forwardFailed has it sent again
+			}
 			c.noteNoLeader(resp)
 			return nil
 		},

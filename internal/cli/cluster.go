@@ -92,13 +92,28 @@ func leaderRoute(srv *server.Server) forwardRoute {
 				return a != "" && a != target
 			}
 		},
-		noServer:   server.ErrNoLeader.Error(),
-		who:        "holdfast server " + srv.NodeName() + " (not the leader)",
-		movedWords: "lost the leadership",
+		noServer:        server.ErrNoLeader.Error(),
+		who:             "holdfast server " + srv.NodeName() + " (not the leader)",
+		movedWords:      "lost the leadership",
+		resendsNoLeader: true,
 	}
 }
 
 func (l *leaderRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if l.srv.HandingOver() && l.needsLeader(r) {
+		// raft refuses writes while this server hands its leadership
+		// over. A request another server forwarded here is refused at
+		// once, untouched: that server sends it again to the new leader
+		// (held here, it would wait on this one, and might give it up
+		// as "may or may not have been applied"). Any other is held
+		// until the transfer is over, then sent on to the new leader (or
+		// answered here, if the transfer failed).
+		if r.Header.Get(forwardedHeader) != "" {
+			http.Error(w, server.ErrNoLeader.Error(), http.StatusInternalServerError)
+			return
+		}
+		pollUntil(r.Context(), l.clk, leaderPoll, leaderHold, func() bool { return !l.srv.HandingOver() })
+	}
 	if !l.leaderKnown() && l.needsLeader(r) {
 		l.waitForLeader(r.Context())
 	}
@@ -111,8 +126,9 @@ func (l *leaderRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// A read whose leader lost the leadership before answering is sent
 	// again, here if this server leads now; so is a request whose
-	// connection to the leader failed (killed: it got nothing), once
-	// another leader is known.
+	// connection to the leader failed (killed: it got nothing), or that
+	// the leader refused with "No cluster leader" (handing its leadership
+	// over, or deposed: it applied nothing), once another leader is known.
 	rewind := resendable(r)
 	for attempt := 0; ; attempt++ {
 		if rewind != nil {

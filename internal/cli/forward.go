@@ -18,6 +18,7 @@ import (
 	"github.com/holdfast/holdfast/clock"
 	"github.com/holdfast/holdfast/internal/gossip"
 	"github.com/holdfast/holdfast/internal/httpapi"
+	"github.com/holdfast/holdfast/internal/server"
 )
 
 // Forwarding. A client agent sends what it does not answer itself to a
@@ -52,6 +53,7 @@ const targetWatchEvery = 200 * time.Millisecond
 var (
 	errTargetMoved = errors.New("the server stopped being the one to ask")
 	errNoAnswer    = errors.New("no answer in time")
+	errNoLeader    = errors.New(`the server answered "No cluster leader"`)
 )
 
 // forwardRoute is where an agent's forwards go, and what its answers say.
@@ -69,6 +71,12 @@ type forwardRoute struct {
 	// setsAside: a server that answers "No cluster leader" is set aside,
 	// so that the next request goes to another (see noteNoLeader).
 	setsAside bool
+	// resendsNoLeader: a request the server refuses with "No cluster
+	// leader" is sent again, if its body can be had again (the caller
+	// waits for another leader first). The server applied nothing: a
+	// write it took and then could not confirm is answered "may or may
+	// not have been applied" instead (server.OutcomeUnknownError).
+	resendsNoLeader bool
 }
 
 // poolRoute is a client agent's route: a live server of its datacenter
@@ -182,18 +190,24 @@ func smallAnswer(r *http.Request) bool {
 // server had been taken out of its cluster). The answer itself goes back
 // to the caller, who retries.
 func (c *clientAgent) noteNoLeader(resp *http.Response) {
-	if !c.route.setsAside || resp.StatusCode != http.StatusInternalServerError || resp.ContentLength < 0 || resp.ContentLength > 256 {
-		return
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	resp.Body = io.NopCloser(bytes.NewReader(b))
-	if err != nil || strings.TrimSpace(string(b)) != "No cluster leader" {
+	if !c.route.setsAside || !isNoLeader(resp) {
 		return
 	}
 	c.mu.Lock()
 	c.skip = resp.Request.URL.Host
 	c.mu.Unlock()
+}
+
+// isNoLeader reports whether resp is the answer "No cluster leader",
+// leaving its body to be read again.
+func isNoLeader(resp *http.Response) bool {
+	if resp.StatusCode != http.StatusInternalServerError || resp.ContentLength < 0 || resp.ContentLength > 256 {
+		return false
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	return err == nil && strings.TrimSpace(string(b)) == server.ErrNoLeader.Error()
 }
 
 func (c *clientAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -459,6 +473,11 @@ func (c *clientAgent) forwardFailed(w http.ResponseWriter, r *http.Request, err 
 		// to the server asked next whatever it is (a killed leader's
 		// port refuses until its followers notice it is gone).
 		c.log.Debug("could not connect to a server: sending the request again", "server", target, "path", r.URL.Path, "error", err)
+		f.retry, f.unsent = true, true
+		return
+	case errors.Is(err, errNoLeader):
+		c.log.Debug("the leader refused a request for want of a leader (it applied nothing): sending it again once another leads",
+			"server", target, "path", r.URL.Path)
 		f.retry, f.unsent = true, true
 		return
 	case errors.Is(cause, errTargetMoved) && f.mayRetry:

@@ -283,3 +283,52 @@ func TestForwardSendsAgainWhenTheConnectionFails(t *testing.T) {
 		t.Fatalf("the live server got %d bytes in %d requests, want the 512 KiB value once more", len(g), hits.Load())
 	}
 }
+
+// A follower's forward that its leader refuses with "No cluster leader"
+// (handing its leadership over, or deposed: it applied nothing) is sent
+// again to the leader known next, body and all; a client agent's is
+// answered as it came (its server had held it for a leader already).
+func TestForwardSendsAgainWhatTheLeaderRefused(t *testing.T) {
+	var leader atomic.Value
+	var gotB atomic.Value
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		gotB.Store(r.Method + " " + string(body))
+		io.WriteString(w, "true")
+	}))
+	defer b.Close()
+	var hitsA atomic.Int64
+	a := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hitsA.Add(1)
+		io.Copy(io.Discard, r.Body)
+		leader.Store(b.Listener.Addr().String()) // a leads no more: b does
+		http.Error(w, "No cluster leader", http.StatusInternalServerError)
+	}))
+	defer a.Close()
+
+	follower := newClientAgent("f1", "dc1", "x", fakePool{}, hclog.NewNullLogger())
+	follower.route = forwardRoute{
+		pick:     func() (string, bool) { return leader.Load().(string), true },
+		moved:    func() func(string) bool { return func(string) bool { return false } },
+		noServer: "No cluster leader", who: "holdfast server f1 (not the leader)", movedWords: "lost the leadership",
+		resendsNoLeader: true,
+	}
+	hs := httptest.NewServer(follower)
+	defer hs.Close()
+	leader.Store(a.Listener.Addr().String())
+	if code, body := do(t, "PUT", hs.URL+"/v1/kv/k?cas=0", "hello"); code != 200 || body != "true" {
+		t.Fatalf("a write the old leader refused: %d %q, want the new leader's true", code, body)
+	}
+	if g, _ := gotB.Load().(string); g != "PUT hello" || hitsA.Load() != 1 {
+		t.Fatalf("the new leader got %q, the old one %d requests", g, hitsA.Load())
+	}
+
+	// A client agent passes the refusal on (and sets the server aside).
+	leader.Store(a.Listener.Addr().String())
+	agent := newClientAgent("client1", "dc1", "x", fakePool{serverMember("a", a.Listener.Addr().String(), gossip.StatusAlive)}, hclog.NewNullLogger())
+	ha := httptest.NewServer(agent)
+	defer ha.Close()
+	if code, body := do(t, "PUT", ha.URL+"/v1/kv/k", "again"); code != 500 || body != "No cluster leader" {
+		t.Fatalf("a client agent's forward refused: %d %q, want the refusal itself", code, body)
+	}
+}

@@ -146,9 +146,12 @@ func (s *Server) RemovePeer(id, address string) error {
 func (s *Server) configChange(f raft.IndexFuture) error {
 	if err := f.Error(); err != nil {
 		switch {
-		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
-			errors.Is(err, raft.ErrLeadershipTransferInProgress):
-			return ErrNoLeader
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return ErrNoLeader // refused before it reached the log
+		case errors.Is(err, raft.ErrLeadershipLost):
+			// In the log, perhaps committed: not "No cluster leader",
+			// which says nothing was done (and has it sent again).
+			return &OutcomeUnknownError{Cause: err}
 		case errors.Is(err, raft.ErrRaftShutdown):
 			return ErrShuttingDown
 		}
@@ -433,9 +436,14 @@ func (s *Server) TransferLeadership(timeout time.Duration) error {
 	if s.raft.State() != raft.Leader || s.soleVoter() {
 		return nil
 	}
+	end := s.beginHandover()
 	f := s.raft.LeadershipTransfer()
 	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
+	go func() {
+		err := f.Error()
+		end()
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -447,6 +455,42 @@ func (s *Server) TransferLeadership(timeout time.Duration) error {
 		return fmt.Errorf("server: handing over the leadership took more than %v", timeout)
 	}
 }
+
+// handoverDrain bounds the wait, before a leadership transfer, for the
+// writes already on their way into raft.
+const handoverDrain = 100 * time.Millisecond
+
+// beginHandover prepares a leadership transfer, and returns what ends it
+// (to call once raft's transfer has finished). raft refuses every write
+// that reaches it during a transfer, though the write was sent in time, so:
+// the HTTP layer is told to hold new requests (HandingOver); the writes
+// already past it are let into raft and applied (within handoverDrain);
+// then the gate is held, so that a straggler waits there instead of being
+// refused by raft, and goes in once the transfer is over (applied if the
+// transfer failed, refused "No cluster leader" if it worked, which its
+// sender may send again: nothing was applied).
+func (s *Server) beginHandover() (end func()) {
+	s.handingOver.Add(1)
+	t := s.clk.NewTimer(handoverDrain)
+	select {
+	case <-s.gate.idle():
+	case <-t.C():
+	}
+	t.Stop()
+	held := s.gate.hold() == nil
+	return func() {
+		if held {
+			s.gate.pass(s.raft)
+		}
+		s.handingOver.Add(-1)
+	}
+}
+
+// HandingOver reports whether this server is handing its leadership over
+// (TransferLeadership, TransferLeadershipTo): raft refuses writes until
+// the transfer ends, so the HTTP layer holds the requests that need a
+// leader until it has, then sends them to the new leader.
+func (s *Server) HandingOver() bool { return s.handingOver.Load() > 0 }
 
 // Errors of TransferLeadershipTo.
 var (
@@ -475,6 +519,7 @@ func (s *Server) TransferLeadershipTo(id string) error {
 	}
 	var f raft.Future
 	if id == "" {
+		defer s.beginHandover()()
 		f = s.raft.LeadershipTransfer()
 	} else {
 		cf := s.raft.GetConfiguration()
@@ -496,13 +541,14 @@ func (s *Server) TransferLeadershipTo(id string) error {
 		case target.Suffrage != raft.Voter:
 			return fmt.Errorf("%w (%s)", ErrTransferNonVoter, id)
 		}
+		defer s.beginHandover()()
 		f = s.raft.LeadershipTransferToServer(target.ID, target.Address)
 	}
 	s.log.Info("handing the leadership over, as an operator asked", "to", id)
 	if err := f.Error(); err != nil {
 		switch {
-		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost):
-			return ErrNoLeader
+		case errors.Is(err, raft.ErrNotLeader):
+			return ErrNoLeader // it did not lead: nothing was done
 		case errors.Is(err, raft.ErrLeadershipTransferInProgress):
 			return ErrTransferInProgress
 		case errors.Is(err, raft.ErrRaftShutdown):

@@ -179,6 +179,22 @@ func (g *applyGate) hold() error {
 	return nil
 }
 
+// idle returns a channel closed once no batch is in raft and no command
+// waits (at once if so now).
+func (g *applyGate) idle() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.busy {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	if g.drained == nil {
+		g.drained = make(chan struct{})
+	}
+	return g.drained
+}
+
 // holding reports whether a holder (a restore) has the baton.
 func (g *applyGate) holding() bool {
 	g.mu.Lock()

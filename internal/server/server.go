@@ -211,6 +211,8 @@ type Server struct {
 	// acks records the followers' answers to heartbeats, the proof
 	// those checks rest on (leaderproof.go).
 	acks ackTracker
+	// handingOver counts the leadership transfers under way.
+	handingOver atomic.Int32
 	// health remembers, for autopilot's health, since when each server
 	// has been as healthy as it is.
 	health healthMemory
