@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -372,9 +373,7 @@ func withOperatorRoutes(srv *server.Server, next http.Handler) http.Handler {
 }
 
 func serveRaftConfiguration(srv *server.Server, w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, fmt.Sprintf("method %s not allowed", r.Method), http.StatusMethodNotAllowed)
+	if !allowMethods(w, r, "", http.MethodGet, http.MethodHead) {
 		return
 	}
 	q := r.URL.Query()
@@ -409,6 +408,18 @@ func serveRaftConfiguration(srv *server.Server, w http.ResponseWriter, r *http.R
 	json.NewEncoder(w).Encode(out)
 }
 
+// allowMethods reports whether r's method is one of methods; if not, it
+// answers 405 with an Allow header and "method M not allowed", followed by
+// why.
+func allowMethods(w http.ResponseWriter, r *http.Request, why string, methods ...string) bool {
+	if slices.Contains(methods, r.Method) {
+		return true
+	}
+	w.Header().Set("Allow", strings.Join(methods, ", "))
+	http.Error(w, fmt.Sprintf("method %s not allowed%s", r.Method, why), http.StatusMethodNotAllowed)
+	return false
+}
+
 // autopilotConfiguration is what GET /v1/operator/autopilot/configuration
 // answers: holdfast's autopilot behaviour, which is fixed, in Consul's
 // terms. A dead server is removed when a new one is promoted
@@ -428,11 +439,9 @@ var autopilotConfiguration = map[string]any{
 }
 
 func serveAutopilotConfiguration(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, fmt.Sprintf("method %s not allowed: holdfast's autopilot settings are fixed "+
-			"(a dead server is removed when a new one is promoted, and a new server is promoted once its log has caught up); "+
-			"there is nothing to change", r.Method), http.StatusMethodNotAllowed)
+	if !allowMethods(w, r, ": holdfast's autopilot settings are fixed "+
+		"(a dead server is removed when a new one is promoted, and a new server is promoted once its log has caught up); "+
+		"there is nothing to change", http.MethodGet, http.MethodHead) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -448,9 +457,7 @@ const healthAskTimeout = time.Second
 // (server.AutopilotHealth): 200 when every server is healthy, 429 when
 // one is not, as Consul does.
 func serveAutopilotHealth(srv *server.Server, w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, fmt.Sprintf("method %s not allowed", r.Method), http.StatusMethodNotAllowed)
+	if !allowMethods(w, r, "", http.MethodGet, http.MethodHead) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), healthAskTimeout)
@@ -491,9 +498,7 @@ func serveAutopilotHealth(srv *server.Server, w http.ResponseWriter, r *http.Req
 }
 
 func serveRemovePeer(srv *server.Server, w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodDelete {
-		w.Header().Set("Allow", "DELETE")
-		http.Error(w, fmt.Sprintf("method %s not allowed", r.Method), http.StatusMethodNotAllowed)
+	if !allowMethods(w, r, "", http.MethodDelete) {
 		return
 	}
 	q := r.URL.Query()
@@ -519,9 +524,7 @@ func serveRemovePeer(srv *server.Server, w http.ResponseWriter, r *http.Request)
 // up-to-date follower (server.TransferLeadershipTo), and answers
 // {"Success":true} as Consul does.
 func serveTransferLeader(srv *server.Server, w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost && r.Method != http.MethodPut {
-		w.Header().Set("Allow", "POST, PUT")
-		http.Error(w, fmt.Sprintf("method %s not allowed", r.Method), http.StatusMethodNotAllowed)
+	if !allowMethods(w, r, "", http.MethodPost, http.MethodPut) {
 		return
 	}
 	err := srv.TransferLeadershipTo(r.URL.Query().Get("id"))

@@ -184,6 +184,11 @@ func (g *applyGate) hold() error {
 func (g *applyGate) idle() <-chan struct{} {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.idleLocked()
+}
+
+// idleLocked is idle with g.mu held.
+func (g *applyGate) idleLocked() <-chan struct{} {
 	if !g.busy {
 		done := make(chan struct{})
 		close(done)
@@ -245,15 +250,7 @@ func (g *applyGate) close() <-chan struct{} {
 		close(w.in)
 	}
 	g.waiting = nil
-	if !g.busy {
-		done := make(chan struct{})
-		close(done)
-		return done
-	}
-	if g.drained == nil {
-		g.drained = make(chan struct{})
-	}
-	return g.drained
+	return g.idleLocked()
 }
 
 // refusedFuture is the answer to a command the gate did not let in.
