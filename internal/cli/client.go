@@ -620,7 +620,7 @@ func newClientAgent(node, dc, httpAddr string, pool poolView, logger hclog.Logge
 			f := resp.Request.Context().Value(forwardKey{}).(*forwarding)
 			f.headerDue.Stop()
 			f.unwatch()
-			if c.route.resendsNoLeader && f.mayResend && isNoLeader(resp) {
+			if c.route.resendNoLeader != nil && f.mayResend && isNoLeader(resp) && c.route.resendNoLeader(f.target.Host) {
 				return errNoLeader // forwardFailed has it sent again
 			}
 			c.noteNoLeader(resp)

@@ -93,10 +93,10 @@ func leaderRoute(srv *server.Server) forwardRoute {
 				return a != "" && a != target
 			}
 		},
-		noServer:        server.ErrNoLeader.Error(),
-		who:             "holdfast server " + srv.NodeName() + " (not the leader)",
-		movedWords:      "lost the leadership",
-		resendsNoLeader: true,
+		noServer:       server.ErrNoLeader.Error(),
+		who:            "holdfast server " + srv.NodeName() + " (not the leader)",
+		movedWords:     "lost the leadership",
+		resendNoLeader: func(string) bool { return true },
 	}
 }
 

@@ -71,12 +71,13 @@ type forwardRoute struct {
 	// setsAside: a server that answers "No cluster leader" is set aside,
 	// so that the next request goes to another (see noteNoLeader).
 	setsAside bool
-	// resendsNoLeader: a request the server refuses with "No cluster
-	// leader" is sent again, if its body can be had again (the caller
-	// waits for another leader first). The server applied nothing: a
-	// write it took and then could not confirm is answered "may or may
-	// not have been applied" instead (server.OutcomeUnknownError).
-	resendsNoLeader bool
+	// resendNoLeader, if set, says whether a request the server target
+	// refused with "No cluster leader" is sent again (if its body can be
+	// had again): to another server, or to the next leader, once one is
+	// known. The server applied nothing: a write it took and then could
+	// not confirm is answered "may or may not have been applied" instead
+	// (server.OutcomeUnknownError).
+	resendNoLeader func(target string) bool
 }
 
 // poolRoute is a client agent's route: a live server of its datacenter
@@ -94,6 +95,13 @@ func (c *clientAgent) poolRoute() forwardRoute {
 		who:        "holdfast client agent",
 		movedWords: "was declared failed by the gossip pool",
 		setsAside:  true,
+		// To another live server, if there is one: the server held the
+		// request for a leader before it refused it, so asking it again
+		// would only wait as long once more.
+		resendNoLeader: func(target string) bool {
+			alive, _ := c.poolServers()
+			return slices.ContainsFunc(alive, func(a string) bool { return a != target })
+		},
 	}
 }
 

@@ -286,8 +286,9 @@ func TestForwardSendsAgainWhenTheConnectionFails(t *testing.T) {
 
 // A follower's forward that its leader refuses with "No cluster leader"
 // (handing its leadership over, or deposed: it applied nothing) is sent
-// again to the leader known next, body and all; a client agent's is
-// answered as it came (its server had held it for a leader already).
+// again to the leader known next, body and all; a client agent with no
+// other server to send it to answers it as it came (its server had held
+// it for a leader already).
 func TestForwardSendsAgainWhatTheLeaderRefused(t *testing.T) {
 	var leader atomic.Value
 	var gotB atomic.Value
@@ -311,7 +312,7 @@ func TestForwardSendsAgainWhatTheLeaderRefused(t *testing.T) {
 		pick:     func() (string, bool) { return leader.Load().(string), true },
 		moved:    func() func(string) bool { return func(string) bool { return false } },
 		noServer: "No cluster leader", who: "holdfast server f1 (not the leader)", movedWords: "lost the leadership",
-		resendsNoLeader: true,
+		resendNoLeader: func(string) bool { return true },
 	}
 	hs := httptest.NewServer(follower)
 	defer hs.Close()
@@ -323,7 +324,8 @@ func TestForwardSendsAgainWhatTheLeaderRefused(t *testing.T) {
 		t.Fatalf("the new leader got %q, the old one %d requests", g, hitsA.Load())
 	}
 
-	// A client agent passes the refusal on (and sets the server aside).
+	// A client agent with no other server passes the refusal on (and
+	// sets the server aside).
 	leader.Store(a.Listener.Addr().String())
 	agent := newClientAgent("client1", "dc1", "x", fakePool{serverMember("a", a.Listener.Addr().String(), gossip.StatusAlive)}, hclog.NewNullLogger())
 	ha := httptest.NewServer(agent)
