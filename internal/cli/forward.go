@@ -484,7 +484,7 @@ func (c *clientAgent) forwardFailed(w http.ResponseWriter, r *http.Request, err 
 		f.retry, f.unsent = true, true
 		return
 	case errors.Is(err, errNoLeader):
-		c.log.Debug("the leader refused a request for want of a leader (it applied nothing): sending it again once another leads",
+		c.log.Debug("a server refused a request for want of a leader (it applied nothing): sending it again",
 			"server", target, "path", r.URL.Path)
 		f.retry, f.unsent = true, true
 		return
