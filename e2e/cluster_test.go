@@ -1158,6 +1158,21 @@ func TestClusterAutopilotHealth(t *testing.T) {
 			t.Errorf("server %s: %+v", s.Name, s)
 		}
 	}
+	// The same judgement as autopilot's state, keyed by server.
+	st, err := op.AutopilotState(nil)
+	if err != nil || !st.Healthy || st.FailureTolerance != 1 || st.OptimisticFailureTolerance != 1 ||
+		st.Leader != leader.node || len(st.Voters) != 3 || len(st.Servers) != 3 {
+		t.Fatalf("autopilot state of three healthy servers: %+v %v", st, err)
+	}
+	for id, s := range st.Servers {
+		want := api.AutopilotServerVoter
+		if id == leader.node {
+			want = api.AutopilotServerLeader
+		}
+		if s.Status != want || s.NodeStatus != "alive" || !s.Healthy || s.LastContact == nil || s.NodeType != api.AutopilotTypeVoter {
+			t.Errorf("autopilot state of %s: %+v", id, s)
+		}
+	}
 	// The command, a check's exit code: 0 while every server is healthy.
 	health := func() (string, int) {
 		stdout, stderr, code := runHoldfast(t, "operator", "autopilot", "health", "-http-addr", followers[0].httpAddr)
@@ -1183,6 +1198,10 @@ func TestClusterAutopilotHealth(t *testing.T) {
 	})
 	if h.FailureTolerance != 0 {
 		t.Errorf("failure tolerance with one of three dead: %d, want 0", h.FailureTolerance)
+	}
+	if st, err := op.AutopilotState(nil); err != nil || st.Healthy || st.Servers[dead.node].Healthy ||
+		st.Servers[dead.node].NodeStatus != "failed" || st.OptimisticFailureTolerance != 0 {
+		t.Errorf("autopilot state with %s dead: %+v %v", dead.node, st, err)
 	}
 	if out, code := health(); code != 2 || !strings.Contains(out, "Healthy: false; failure tolerance: 0") ||
 		!regexp.MustCompile(`(?m)^`+dead.node+` .* false +failed `).MatchString(out) {

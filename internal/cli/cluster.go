@@ -351,8 +351,8 @@ func waitForClusterLeader(ctx context.Context, srv *server.Server) error {
 }
 
 // withOperatorRoutes serves /v1/operator/raft/{configuration,peer,
-// transfer-leader} and /v1/operator/autopilot/{configuration,health} from
-// srv, and passes the rest to next.
+// transfer-leader} and /v1/operator/autopilot/{configuration,health,state}
+// from srv, and passes the rest to next.
 func withOperatorRoutes(srv *server.Server, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -366,6 +366,8 @@ func withOperatorRoutes(srv *server.Server, next http.Handler) http.Handler {
 			serveAutopilotConfiguration(w, r)
 		case "/v1/operator/autopilot/health":
 			serveAutopilotHealth(srv, w, r)
+		case "/v1/operator/autopilot/state":
+			serveAutopilotState(srv, w, r)
 		default:
 			next.ServeHTTP(w, r)
 		}
@@ -457,14 +459,8 @@ const healthAskTimeout = time.Second
 // (server.AutopilotHealth): 200 when every server is healthy, 429 when
 // one is not, as Consul does.
 func serveAutopilotHealth(srv *server.Server, w http.ResponseWriter, r *http.Request) {
-	if !allowMethods(w, r, "", http.MethodGet, http.MethodHead) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), healthAskTimeout)
-	defer cancel()
-	h, err := srv.AutopilotHealth(ctx)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+	h, ok := askHealth(srv, w, r)
+	if !ok {
 		return
 	}
 	type serverHealth struct {
@@ -481,20 +477,91 @@ func serveAutopilotHealth(srv *server.Server, w http.ResponseWriter, r *http.Req
 		Servers          []serverHealth
 	}{Healthy: h.Healthy, FailureTolerance: h.FailureTolerance, Servers: []serverHealth{}}
 	for _, s := range h.Servers {
-		sh := serverHealth{ID: s.ID, Name: s.Name, Address: s.Address, SerfStatus: s.SerfStatus, Version: "holdfast",
-			Leader: s.Leader, LastTerm: s.LastTerm, LastIndex: s.LastIndex, Healthy: s.Healthy, Voter: s.Voter,
-			StableSince: s.StableSince.UTC()}
-		if s.LastContact >= 0 {
-			lc := s.LastContact.String()
-			sh.LastContact = &lc
-		}
-		out.Servers = append(out.Servers, sh)
+		out.Servers = append(out.Servers, serverHealth{ID: s.ID, Name: s.Name, Address: s.Address, SerfStatus: s.SerfStatus,
+			Version: "holdfast", Leader: s.Leader, LastContact: lastContact(s.LastContact), LastTerm: s.LastTerm,
+			LastIndex: s.LastIndex, Healthy: s.Healthy, Voter: s.Voter, StableSince: s.StableSince.UTC()})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if !h.Healthy {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	json.NewEncoder(w).Encode(out)
+}
+
+// serveAutopilotState answers the servers' state as Consul's
+// /v1/operator/autopilot/state gives it (Operator().AutopilotState): the
+// same judgement as the health, keyed by server, with each one's role.
+// holdfast has no read replicas, redundancy zones or upgrade migrations.
+func serveAutopilotState(srv *server.Server, w http.ResponseWriter, r *http.Request) {
+	h, ok := askHealth(srv, w, r)
+	if !ok {
+		return
+	}
+	type autopilotServer struct {
+		ID, Name, Address, NodeStatus, Version string
+		LastContact                            *string
+		LastTerm, LastIndex                    uint64
+		Healthy                                bool
+		StableSince                            time.Time
+		ReadReplica                            bool
+		Status                                 string
+		Meta                                   map[string]string
+		NodeType                               string
+	}
+	out := struct {
+		Healthy                    bool
+		FailureTolerance           int
+		OptimisticFailureTolerance int
+		Servers                    map[string]autopilotServer
+		Leader                     string
+		Voters                     []string
+	}{Healthy: h.Healthy, FailureTolerance: h.FailureTolerance, OptimisticFailureTolerance: h.OptimisticFailureTolerance,
+		Servers: map[string]autopilotServer{}, Voters: []string{}}
+	for _, s := range h.Servers {
+		status := "non-voter"
+		switch {
+		case s.Leader:
+			status = "leader"
+			out.Leader = s.ID
+		case s.Voter:
+			status = "voter"
+		}
+		if s.Voter {
+			out.Voters = append(out.Voters, s.ID)
+		}
+		out.Servers[s.ID] = autopilotServer{ID: s.ID, Name: s.Name, Address: s.Address, NodeStatus: s.SerfStatus,
+			Version: "holdfast", LastContact: lastContact(s.LastContact), LastTerm: s.LastTerm, LastIndex: s.LastIndex,
+			Healthy: s.Healthy, StableSince: s.StableSince.UTC(), Status: status, Meta: map[string]string{}, NodeType: "voter"}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
+// askHealth is the common part of the autopilot health and state
+// endpoints: a GET, judged by the leader (server.AutopilotHealth); false
+// when the answer has been written (a refused method, an error).
+func askHealth(srv *server.Server, w http.ResponseWriter, r *http.Request) (*server.ClusterHealth, bool) {
+	if !allowMethods(w, r, "", http.MethodGet, http.MethodHead) {
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), healthAskTimeout)
+	defer cancel()
+	h, err := srv.AutopilotHealth(ctx)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return nil, false
+	}
+	return h, true
+}
+
+// lastContact is a last contact as Consul's API writes it (a duration
+// string), or null when unknown (negative).
+func lastContact(d time.Duration) *string {
+	if d < 0 {
+		return nil
+	}
+	s := d.String()
+	return &s
 }
 
 func serveRemovePeer(srv *server.Server, w http.ResponseWriter, r *http.Request) {

@@ -98,7 +98,10 @@ type ClusterHealth struct {
 	// FailureTolerance is how many voters could fail with the cluster
 	// still taking writes: the healthy voters beyond a quorum.
 	FailureTolerance int
-	Servers          []ServerHealth
+	// OptimisticFailureTolerance counts, beyond a quorum, the voters the
+	// gossip pool holds alive, healthy or not yet (catching up, say).
+	OptimisticFailureTolerance int
+	Servers                    []ServerHealth
 }
 
 // healthMemory keeps, for StableSince, when the leader first saw each
@@ -183,7 +186,7 @@ func (s *Server) AutopilotHealth(ctx context.Context) (*ClusterHealth, error) {
 	}
 	wg.Wait()
 	now := s.clk.Now()
-	voters, healthyVoters := 0, 0
+	voters, healthyVoters, aliveVoters := 0, 0, 0
 	for i := range out.Servers {
 		h := &out.Servers[i]
 		h.Healthy = h.SerfStatus == gossip.StatusAlive.String() &&
@@ -196,8 +199,12 @@ func (s *Server) AutopilotHealth(ctx context.Context) (*ClusterHealth, error) {
 			if h.Healthy {
 				healthyVoters++
 			}
+			if h.SerfStatus == gossip.StatusAlive.String() {
+				aliveVoters++
+			}
 		}
 	}
 	out.FailureTolerance = max(healthyVoters-(voters/2+1), 0)
+	out.OptimisticFailureTolerance = max(aliveVoters-(voters/2+1), 0)
 	return out, nil
 }

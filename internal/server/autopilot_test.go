@@ -32,7 +32,7 @@ func TestClusterAutopilotHealth(t *testing.T) {
 		h, err = leader.AutopilotHealth(ctx)
 		return err == nil && h.Healthy
 	})
-	if h.FailureTolerance != 1 || len(h.Servers) != 3 {
+	if h.FailureTolerance != 1 || h.OptimisticFailureTolerance != 1 || len(h.Servers) != 3 {
 		t.Fatalf("three healthy servers: %+v", h)
 	}
 	var follower, other *Server
@@ -60,7 +60,7 @@ func TestClusterAutopilotHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := healthOf(h, name)
-	if h.Healthy || h.FailureTolerance != 0 || f.Healthy || f.LastContact >= 0 || !f.StableSince.Equal(c.clk.Now()) {
+	if h.Healthy || h.FailureTolerance != 0 || h.OptimisticFailureTolerance != 1 || f.Healthy || f.LastContact >= 0 || !f.StableSince.Equal(c.clk.Now()) {
 		t.Fatalf("a follower behind: %+v (cluster healthy %v, tolerance %d)", f, h.Healthy, h.FailureTolerance)
 	}
 	if !f.StableSince.After(healthySince) {
