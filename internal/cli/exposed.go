@@ -7,7 +7,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// listener names one of the agent's addresses for exposedWarning;
+// listener names one of the agent's addresses for warnExposed;
 // guarded is one that admits only its peers (gossip with -encrypt).
 type listener struct {
 	name, addr string

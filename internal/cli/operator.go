@@ -60,9 +60,10 @@ type operatorRun struct {
 }
 
 // startOperator parses args for the operator command name (the HTTP
-// flags, and those flags adds) and builds its client. It returns nil when the command ends here: its help was shown
-// (error nil), or a flag, an argument or the client was wrong (the error,
-// already printed). The caller defers run.cancel.
+// flags, and those flags adds) and builds its client. It returns nil when
+// the command ends here: its help was shown (error nil), or a flag, an
+// argument or the client was wrong (the error, already printed). The
+// caller defers run.cancel.
 func startOperator(ctx context.Context, stdio Stdio, name, usage string, args []string, flags ...func(*flag.FlagSet)) (*operatorRun, error) {
 	run := &operatorRun{}
 	fs := newFlagSet(stdio, name, usage)
