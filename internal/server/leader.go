@@ -198,8 +198,20 @@ func (s *Server) registerSelf() error {
 	if err != nil {
 		return err
 	}
-	if res.Err == nil && node == nil && s.cfg.OnSelfRegistered != nil {
-		go s.cfg.OnSelfRegistered()
+	if res.Err == nil && s.cfg.OnSelfRegistered != nil {
+		// Whether this write put the node back is decided by the node
+		// as it now stands, not by the reads above: a deregistration
+		// applied between them (or between them and the write) left
+		// the node read present, then this write created it anew, and
+		// the agent was never told (TestOnSelfRegisteredWhenTheNodeComesBack
+		// failed so under load, 6 times in 800).
+		var before uint64
+		if node != nil {
+			before = node.CreateIndex
+		}
+		if _, now, _ := s.fsm.State().NodeInfo(nil, s.cfg.NodeName); now != nil && now.CreateIndex != before {
+			go s.cfg.OnSelfRegistered()
+		}
 	}
 	return res.Err
 }

@@ -438,9 +438,21 @@ func TestOnSelfRegisteredWhenTheNodeComesBack(t *testing.T) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	for c := s.State().Check("node1", state.SerfCheckID); c == nil || c.Status != state.HealthPassing; c = s.State().Check("node1", state.SerfCheckID) {
+	serfPassing := func(checks []*state.HealthCheck) bool {
+		for _, c := range checks {
+			if c.CheckID == state.SerfCheckID {
+				return c.Status == state.HealthPassing
+			}
+		}
+		return false
+	}
+	for {
+		// The checks and the watch on them from one read: a check read
+		// before the watch was set could change unseen in between.
 		ws := watch.NewSet()
-		s.State().NodeChecks(ws, "node1")
+		if _, checks := s.State().NodeChecks(ws, "node1"); serfPassing(checks) {
+			break
+		}
 		if err := ws.WatchCtx(wctx); err != nil {
 			t.Fatal("serfHealth not put back")
 		}
