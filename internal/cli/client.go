@@ -620,10 +620,13 @@ func newClientAgent(node, dc, httpAddr string, pool poolView, logger hclog.Logge
 			f := resp.Request.Context().Value(forwardKey{}).(*forwarding)
 			f.headerDue.Stop()
 			f.unwatch()
-			if c.route.resendNoLeader != nil && f.mayResend && isNoLeader(resp) && c.route.resendNoLeader(f.target.Host) {
-				return errNoLeader // forwardFailed has it sent again
+			if !isNoLeader(resp) {
+				return nil
 			}
-			c.noteNoLeader(resp)
+			if c.route.resendNoLeader != nil && f.mayResend && c.route.resendNoLeader(f.target.Host) {
+				return errNoLeader // forwardFailed sets the server aside and has it sent again
+			}
+			c.noteNoLeader(f.target.Host)
 			return nil
 		},
 	}

@@ -252,19 +252,11 @@ func (l *leaderRouter) servesLocally(r *http.Request) bool {
 	if r.Header.Get(forwardedHeader) != "" {
 		return true
 	}
-	if strings.HasPrefix(r.URL.Path, "/v1/agent/") || strings.HasPrefix(r.URL.Path, "/v1/status/") {
-		return true
-	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+	if l.needsLeader(r) {
 		return false
 	}
-	q := r.URL.Query()
-	if _, stale := q["stale"]; !stale {
-		if _, ms := q["max_stale"]; !ms {
-			return false
-		}
-	}
-	if v := q.Get("max_stale"); v != "" {
+	// An agent or status endpoint, or a ?stale or ?max_stale read.
+	if v := r.URL.Query().Get("max_stale"); v != "" {
 		if d, err := time.ParseDuration(v); err == nil {
 			if known, last := l.srv.LeaderStatus(); !known || last > d {
 				return false // too stale here: the leader answers

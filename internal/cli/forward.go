@@ -190,19 +190,20 @@ func smallAnswer(r *http.Request) bool {
 	return !recurse && !keys
 }
 
-// noteNoLeader, for a client agent, sets a server that answered "No
-// cluster leader" aside, so that the next request goes to another one:
-// a server of a cluster that lost its majority, or not yet added to one,
-// would otherwise get every request for as long as it lived (the cluster
-// audit: 20 of 20 requests failed for 30 s through a client agent whose
-// server had been taken out of its cluster). The answer itself goes back
-// to the caller, who retries.
-func (c *clientAgent) noteNoLeader(resp *http.Response) {
-	if !c.route.setsAside || !isNoLeader(resp) {
+// noteNoLeader, for a client agent, sets aside the server at host, which
+// answered "No cluster leader", so that the next request goes to another
+// one: a server of a cluster that lost its majority, or not yet added to
+// one, would otherwise get every request for as long as it lived (the
+// cluster audit: 20 of 20 requests failed for 30 s through a client agent
+// whose server had been taken out of its cluster). It is called for an
+// answer not sent again (route.resendNoLeader), which goes back to the
+// caller.
+func (c *clientAgent) noteNoLeader(host string) {
+	if !c.route.setsAside {
 		return
 	}
 	c.mu.Lock()
-	c.skip = resp.Request.URL.Host
+	c.skip = host
 	c.mu.Unlock()
 }
 

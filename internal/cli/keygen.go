@@ -60,7 +60,7 @@ func parseGossipKey(encrypt, file string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %s is not base64 (holdfast keygen makes a key): %v", src, err)
 	}
-	if !gossip.ValidKeySize(len(key)) {
+	if gossip.CheckKey(key) != nil {
 		return nil, fmt.Errorf("agent: %s decodes to %d bytes; a gossip key is 16, 24 or 32 bytes (holdfast keygen makes a key of 32)", src, len(key))
 	}
 	return key, nil

@@ -218,9 +218,14 @@ type Config struct {
 	SecretKey []byte
 }
 
-// ValidKeySize reports whether n bytes make a gossip key (AES-128, -192
-// or -256).
-func ValidKeySize(n int) bool { return n == 16 || n == 24 || n == 32 }
+// CheckKey says whether key makes a gossip key (AES-128, -192 or -256),
+// as memberlist judges it (memberlist.ValidateKey), in a sentence.
+func CheckKey(key []byte) error {
+	if memberlist.ValidateKey(key) != nil {
+		return fmt.Errorf("gossip: a key is 16, 24 or 32 bytes, not %d", len(key))
+	}
+	return nil
+}
 
 // isServer is the default Config.Anchor.
 func isServer(m Member) bool { return m.Tags["role"] == "server" || m.Tags["role"] == "consul" }
@@ -319,8 +324,8 @@ func (c *Config) memberlistConfig() (*memberlist.Config, error) {
 		return nil, fmt.Errorf("gossip: unknown profile %q: use lan or fast", c.Profile)
 	}
 	if c.SecretKey != nil {
-		if !ValidKeySize(len(c.SecretKey)) {
-			return nil, fmt.Errorf("gossip: a key is 16, 24 or 32 bytes, not %d", len(c.SecretKey))
+		if err := CheckKey(c.SecretKey); err != nil {
+			return nil, err
 		}
 		// Both on by default; set here so that no later default can
 		// let plaintext in.

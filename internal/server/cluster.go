@@ -429,21 +429,14 @@ func (s *Server) peerInCluster(ctx context.Context, m gossip.Member) (bool, erro
 // voter, hands the leadership to the most up-to-date follower and waits
 // until it has gone (at most timeout): an agent stopping on purpose calls
 // it first, so that the cluster does not wait out an election timeout
-// without a leader. Writes arriving meanwhile are refused with
-// ErrNoLeader, which clients retry. It returns nil when there was nothing
-// to hand over.
+// without a leader. Requests arriving meanwhile are held (see handOver).
+// It returns nil when there was nothing to hand over.
 func (s *Server) TransferLeadership(timeout time.Duration) error {
 	if s.raft.State() != raft.Leader || s.soleVoter() {
 		return nil
 	}
-	end := s.beginHandover()
-	f := s.raft.LeadershipTransfer()
 	done := make(chan error, 1)
-	go func() {
-		err := f.Error()
-		end()
-		done <- err
-	}()
+	go func() { done <- s.handOver(s.raft.LeadershipTransfer) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -486,6 +479,13 @@ func (s *Server) beginHandover() (end func()) {
 	}
 }
 
+// handOver runs the leadership transfer that start begins, between
+// beginHandover and its end, and returns raft's answer.
+func (s *Server) handOver(start func() raft.Future) error {
+	defer s.beginHandover()()
+	return start().Error()
+}
+
 // HandingOver reports whether this server is handing its leadership over
 // (TransferLeadership, TransferLeadershipTo): raft refuses writes until
 // the transfer ends, so the HTTP layer holds the requests that need a
@@ -517,11 +517,8 @@ func (s *Server) TransferLeadershipTo(id string) error {
 	if s.soleVoter() {
 		return ErrNoOtherVoter
 	}
-	var f raft.Future
-	if id == "" {
-		defer s.beginHandover()()
-		f = s.raft.LeadershipTransfer()
-	} else {
+	start := s.raft.LeadershipTransfer
+	if id != "" {
 		cf := s.raft.GetConfiguration()
 		if err := cf.Error(); err != nil {
 			return fmt.Errorf("server: reading the raft configuration: %w", err)
@@ -541,11 +538,10 @@ func (s *Server) TransferLeadershipTo(id string) error {
 		case target.Suffrage != raft.Voter:
 			return fmt.Errorf("%w (%s)", ErrTransferNonVoter, id)
 		}
-		defer s.beginHandover()()
-		f = s.raft.LeadershipTransferToServer(target.ID, target.Address)
+		start = func() raft.Future { return s.raft.LeadershipTransferToServer(target.ID, target.Address) }
 	}
 	s.log.Info("handing the leadership over, as an operator asked", "to", id)
-	if err := f.Error(); err != nil {
+	if err := s.handOver(start); err != nil {
 		switch {
 		case errors.Is(err, raft.ErrNotLeader):
 			return ErrNoLeader // it did not lead: nothing was done
